@@ -36,7 +36,9 @@ impl ClientResponse {
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.head.headers.get_str(name.to_ascii_lowercase().as_bytes())
+        self.head
+            .headers
+            .get_str(name.to_ascii_lowercase().as_bytes())
     }
 
     pub fn text(&self) -> String {
@@ -95,7 +97,10 @@ async fn request_inner(
             break h;
         }
         if stream.read_buf(&mut buf).await.map_err(io)? == 0 {
-            return Err(ClientError::Invalid(addr, "connection closed before a response".into()));
+            return Err(ClientError::Invalid(
+                addr,
+                "connection closed before a response".into(),
+            ));
         }
     };
     let _ = buf.split_to(n);
@@ -110,7 +115,10 @@ async fn request_inner(
             }
             while (buf.len() as u64) < len {
                 if stream.read_buf(&mut buf).await.map_err(io)? == 0 {
-                    return Err(ClientError::Invalid(addr, "response body ended early".into()));
+                    return Err(ClientError::Invalid(
+                        addr,
+                        "response body ended early".into(),
+                    ));
                 }
             }
             buf.split_to(len as usize).freeze()
@@ -134,7 +142,10 @@ async fn request_inner(
                     Decoded::Data(d) => {
                         body.extend_from_slice(&d);
                         if body.len() > MAX_BODY {
-                            return Err(ClientError::Invalid(addr, "response body too large".into()));
+                            return Err(ClientError::Invalid(
+                                addr,
+                                "response body too large".into(),
+                            ));
                         }
                     }
                     Decoded::Done => break,

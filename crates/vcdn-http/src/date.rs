@@ -49,8 +49,14 @@ mod tests {
     #[test]
     fn round_trip() {
         assert_eq!(super::format(784111777), "Sun, 06 Nov 1994 08:49:37 GMT");
-        assert_eq!(super::parse(b"Sun, 06 Nov 1994 08:49:37 GMT"), Some(784111777));
-        assert_eq!(super::parse(b"Sunday, 06-Nov-94 08:49:37 GMT"), Some(784111777));
+        assert_eq!(
+            super::parse(b"Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784111777)
+        );
+        assert_eq!(
+            super::parse(b"Sunday, 06-Nov-94 08:49:37 GMT"),
+            Some(784111777)
+        );
         assert_eq!(super::parse(b"garbage"), None);
         let mut v = Vec::new();
         super::write_now(&mut v);

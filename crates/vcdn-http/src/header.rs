@@ -67,7 +67,8 @@ impl Headers {
     /// Replace every field called `name` with one value.
     pub fn set(&mut self, name: &'static str, value: impl Into<Bytes>) {
         self.remove(name.as_bytes());
-        self.fields.push((Bytes::from_static(name.as_bytes()), value.into()));
+        self.fields
+            .push((Bytes::from_static(name.as_bytes()), value.into()));
     }
 
     /// Whether the comma-separated list in any `name` field holds `token`.
@@ -136,7 +137,10 @@ pub fn is_token(b: &[u8]) -> bool {
 
 /// Start and end of `v` without leading and trailing spaces and tabs.
 pub fn trim_ows(v: &[u8]) -> (usize, usize) {
-    let s = v.iter().position(|&c| c != b' ' && c != b'\t').unwrap_or(v.len());
+    let s = v
+        .iter()
+        .position(|&c| c != b' ' && c != b'\t')
+        .unwrap_or(v.len());
     let e = v
         .iter()
         .rposition(|&c| c != b' ' && c != b'\t')
@@ -154,7 +158,10 @@ mod tests {
         h.push("Connection", "keep-alive, Upgrade");
         assert!(h.has_token(b"connection", b"upgrade"));
         assert!(!h.has_token(b"connection", b"close"));
-        assert_eq!(list_items(b" a ,, b\t,").collect::<Vec<_>>(), vec![&b"a"[..], b"b"]);
+        assert_eq!(
+            list_items(b" a ,, b\t,").collect::<Vec<_>>(),
+            vec![&b"a"[..], b"b"]
+        );
     }
 
     #[test]

@@ -268,7 +268,11 @@ fn parse_version(v: &[u8]) -> Result<u8, ParseError> {
 }
 
 /// Parse `name: value` between `from` and `to` (the CRLF excluded).
-pub(crate) fn parse_field(buf: &Bytes, from: usize, to: usize) -> Result<(Bytes, Bytes), ParseError> {
+pub(crate) fn parse_field(
+    buf: &Bytes,
+    from: usize,
+    to: usize,
+) -> Result<(Bytes, Bytes), ParseError> {
     let line = &buf[from..to];
     if line[0] == b' ' || line[0] == b'\t' {
         return Err(ParseError::BadRequest("obsolete line folding (obs-fold)"));
@@ -282,15 +286,15 @@ pub(crate) fn parse_field(buf: &Bytes, from: usize, to: usize) -> Result<(Bytes,
         return Err(ParseError::BadRequest("invalid header name"));
     }
     let value = &line[colon + 1..];
-    if value
-        .iter()
-        .any(|&c| (c < b' ' && c != b'\t') || c == 0x7f)
-    {
+    if value.iter().any(|&c| (c < b' ' && c != b'\t') || c == 0x7f) {
         return Err(ParseError::BadRequest("control character in header value"));
     }
     let (vs, ve) = trim_ows(value);
     let base = from + colon + 1;
-    Ok((buf.slice(from..from + colon), buf.slice(base + vs..base + ve)))
+    Ok((
+        buf.slice(from..from + colon),
+        buf.slice(base + vs..base + ve),
+    ))
 }
 
 fn body_framing(headers: &Headers, minor: u8) -> Result<BodyFraming, ParseError> {
@@ -308,7 +312,9 @@ fn body_framing(headers: &Headers, minor: u8) -> Result<BodyFraming, ParseError>
             ));
         }
         if minor == 0 {
-            return Err(ParseError::BadRequest("Transfer-Encoding in an HTTP/1.0 request"));
+            return Err(ParseError::BadRequest(
+                "Transfer-Encoding in an HTTP/1.0 request",
+            ));
         }
         if te.next().is_some() || !v.eq_ignore_ascii_case(b"chunked") {
             return Err(ParseError::NotImplemented(
@@ -394,9 +400,18 @@ mod tests {
             status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n"),
             400
         );
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +3\r\n\r\n"), 400);
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\n\r\n"), 400);
-        assert_eq!(status("GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n"), 400);
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +3\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n"),
+            400
+        );
         assert_eq!(status("GET / HTTP/1.1\r\nHost : x\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTP/1.1\nHost: x\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTP/1.1\r\nHost: x\rY\r\n\r\n"), 400);
@@ -429,10 +444,16 @@ mod tests {
         assert_eq!(status(&long), 414);
         let long = format!("GET /{}", "a".repeat(9000));
         assert_eq!(status(&long), 414);
-        let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n", "a".repeat(40000));
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n",
+            "a".repeat(40000)
+        );
         assert_eq!(status(&big), 431);
         let many: String = (0..101).map(|i| format!("X{i}: y\r\n")).collect();
-        assert_eq!(status(&format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n")), 431);
+        assert_eq!(
+            status(&format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n")),
+            431
+        );
     }
 
     #[test]

@@ -34,7 +34,9 @@ impl ResponseHead {
         let mut cl = self.headers.get_all(b"content-length");
         let first_cl = cl.next();
         if first_cl.is_some() && cl.next().is_some() {
-            return Err(ParseError::BadRequest("duplicate Content-Length in response"));
+            return Err(ParseError::BadRequest(
+                "duplicate Content-Length in response",
+            ));
         }
         if let Some(te) = self.headers.get(b"transfer-encoding") {
             if first_cl.is_some() {
@@ -47,7 +49,9 @@ impl ResponseHead {
             {
                 return Ok(ResponseFraming::Chunked);
             }
-            return Err(ParseError::NotImplemented("response transfer coding other than chunked"));
+            return Err(ParseError::NotImplemented(
+                "response transfer coding other than chunked",
+            ));
         }
         match first_cl {
             Some(v) => parse_length(v)
@@ -184,7 +188,9 @@ mod tests {
 
     #[test]
     fn ok_response() {
-        let (h, n) = parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello").unwrap().unwrap();
+        let (h, n) = parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.status, 200);
         assert_eq!(n, 38);
         assert_eq!(h.framing(false).unwrap(), ResponseFraming::Length(5));
@@ -194,18 +200,25 @@ mod tests {
 
     #[test]
     fn framing_rules() {
-        let (h, _) = parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap().unwrap();
+        let (h, _) = parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.framing(false).unwrap(), ResponseFraming::Chunked);
         let (h, _) = parse("HTTP/1.0 200 OK\r\n\r\n").unwrap().unwrap();
         assert_eq!(h.framing(false).unwrap(), ResponseFraming::UntilClose);
         assert!(!h.keep_alive());
-        let (h, _) = parse("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n").unwrap().unwrap();
-        assert_eq!(h.framing(false).unwrap(), ResponseFraming::Empty);
-        let (h, _) = parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n")
+        let (h, _) = parse("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n")
             .unwrap()
             .unwrap();
+        assert_eq!(h.framing(false).unwrap(), ResponseFraming::Empty);
+        let (h, _) =
+            parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .unwrap()
+                .unwrap();
         assert!(h.framing(false).is_err());
-        let (h, _) = parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n").unwrap().unwrap();
+        let (h, _) = parse("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(h.framing(false).is_err());
     }
 

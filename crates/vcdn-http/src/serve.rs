@@ -199,7 +199,12 @@ async fn read_body(
     cfg: &ServeConfig,
 ) -> Result<Bytes, Box<Response>> {
     let too_large = || Box::new(Response::problem(413, "request body too large"));
-    let timeout = || Box::new(Response::problem(408, "the request body did not arrive in time"));
+    let timeout = || {
+        Box::new(Response::problem(
+            408,
+            "the request body did not arrive in time",
+        ))
+    };
     match framing {
         BodyFraming::None => Ok(Bytes::new()),
         BodyFraming::Length(n) => {
@@ -230,8 +235,7 @@ async fn read_body(
                     }
                     Ok(Decoded::Done) => return Ok(out.freeze()),
                     Ok(Decoded::NeedMore) => {
-                        match tokio::time::timeout(cfg.header_timeout, stream.read_buf(buf)).await
-                        {
+                        match tokio::time::timeout(cfg.header_timeout, stream.read_buf(buf)).await {
                             Ok(Ok(0)) | Ok(Err(_)) => {
                                 return Err(Box::new(Response::problem(
                                     400,
@@ -257,7 +261,9 @@ async fn write_response(
     is_head: bool,
 ) -> std::io::Result<bool> {
     let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(format!("HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status)).as_bytes());
+    out.extend_from_slice(
+        format!("HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status)).as_bytes(),
+    );
     out.extend_from_slice(b"Date: ");
     crate::date::write_now(&mut out);
     out.extend_from_slice(b"\r\n");

@@ -1,0 +1,666 @@
+#!/usr/bin/env bash
+# bench/cache.sh - vcdn's edge cache vs nginx, Varnish and Apache Traffic
+# Server, each as a memory cache in front of the same `vcdn origin`.
+#
+# Every server under test runs alone, pinned to CPU 0, sized for one core;
+# wrk runs on CPU 1. Objects are warmed and verified as cache hits first, so
+# the runs measure the hit path only.
+#
+# Modes (env MODE):
+#   cpu   - uncapped; report req/s, MiB/s and the server's own CPU time
+#           (utime+stime of all its processes, from /proc) -> req and bytes
+#           per server CPU-second.
+#   quota - every server capped to half a core (CFS quota 50000/100000 us in
+#           a cgroup); report raw req/s under the cap.
+#   both  - (default) cpu, then quota, on the same server instances.
+#
+# Environment knobs:
+#   DURATION=10s     wrk -d per measured run
+#   MODE=both        cpu | quota | both
+#   OUT=bench/results/cache-latest.md   markdown copy of the report
+#   SERVERS="vcdn nginx varnish ats"    subset to run (ratios need vcdn)
+#   WRK_THREADS=2    wrk -t (all on CPU 1)
+#   WARMUP=1s        unmeasured wrk run before each measured run (0 = none);
+#                    lets Varnish grow its thread pool, fills keep-alive pools
+#   BASE_PORT=18080  origin=BASE, vcdn=+1, nginx=+2, varnish=+3, ats=+4
+#   VCDN_BIN=target/release/vcdn   SKIP_BUILD=1 skips `cargo build`
+#   VCDN_CACHE_ARGS=""   extra args for `vcdn cache`
+#   CGROUP_V1_FALLBACK=1 use the cgroup v1 cpu controller when v2 has no cpu
+#
+# Needs root (apt-get, cgroups). Only loopback traffic.
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH_DIR/.." && pwd)
+PEERS_DIR=$BENCH_DIR/peers
+
+DURATION=${DURATION:-10s}
+MODE=${MODE:-both}
+OUT=${OUT:-$ROOT/bench/results/cache-latest.md}
+SERVERS=${SERVERS:-vcdn nginx varnish ats}
+WRK_THREADS=${WRK_THREADS:-2}
+WARMUP=${WARMUP:-1s}
+BASE_PORT=${BASE_PORT:-18080}
+VCDN_BIN=${VCDN_BIN:-$ROOT/target/release/vcdn}
+SKIP_BUILD=${SKIP_BUILD:-0}
+VCDN_CACHE_ARGS=${VCDN_CACHE_ARGS:-}
+CGROUP_V1_FALLBACK=${CGROUP_V1_FALLBACK:-1}
+
+SERVER_CPU=0        # server under test
+CLIENT_CPU=1        # wrk (and the origin, which only serves warm-up misses)
+MEMORY_BYTES=536870912          # 512 MiB memory tier for every cache
+QUOTA_US=50000 PERIOD_US=100000 # half a core
+CLK_TCK=$(getconf CLK_TCK)
+
+ORIGIN_PORT=$BASE_PORT
+declare -A PORT=([vcdn]=$((BASE_PORT + 1)) [nginx]=$((BASE_PORT + 2))
+                 [varnish]=$((BASE_PORT + 3)) [ats]=$((BASE_PORT + 4)))
+declare -A LABEL=([vcdn]="vcdn" [nginx]="nginx" [varnish]="Varnish" [ats]="ATS")
+
+# Scenarios: "title|path|connections"
+SCENARIOS=(
+  "cached 43 B object, 50 connections|/size/43|50"
+  "cached 43 B object, 1000 connections|/size/43|1000"
+  "cached 435 KB object, 50 connections|/size/445440|50"
+  "cached 1 MiB object, 50 connections|/size/1048576|50"
+)
+OBJECTS=(/size/43 /size/445440 /size/1048576)
+
+log() { printf '[cache.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { printf '[cache.sh] ERROR: %s\n' "$*" >&2; exit 1; }
+
+case $MODE in cpu|quota|both) ;; *) die "MODE must be cpu, quota or both (got '$MODE')";; esac
+for s in $SERVERS; do [[ -n ${PORT[$s]:-} ]] || die "unknown server '$s' in SERVERS"; done
+[[ $(id -u) -eq 0 ]] || die "run as root (installs packages, creates cgroups)"
+
+# Duration in whole seconds, for timeouts ("10s", "1m", "10").
+dur_secs() {
+  local d=$1
+  case $d in *ms) echo 1;; *s) echo "${d%s}";; *m) echo $(( ${d%m} * 60 ));;
+              *h) echo $(( ${d%h} * 3600 ));; *) echo "$d";; esac
+}
+DUR_S=$(dur_secs "$DURATION")
+
+# ---------------------------------------------------------------- install --
+# Stop whatever the distro packages may have started: we run our own
+# instances with our own configs. No systemd here, so try every way, quietly.
+stop_system_services() {
+  local svc pidf pid want
+  for svc in nginx varnish varnishncsa trafficserver; do
+    if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
+      systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    fi
+    if [[ -x /etc/init.d/$svc ]] && command -v service >/dev/null; then
+      service "$svc" stop >/dev/null 2>&1 || true
+    fi
+  done
+  # Leftovers from pidfiles; only kill if the pid really is that program.
+  for pidf in /run/nginx.pid:nginx /run/varnishd.pid:varnishd \
+              /run/trafficserver/server.lock:traffic_server \
+              /run/trafficserver/manager.lock:traffic_manager; do
+    want=${pidf##*:}; pidf=${pidf%:*}
+    [[ -r $pidf ]] || continue
+    pid=$(tr -dc '0-9' <"$pidf")
+    [[ -n $pid && $(readlink "/proc/$pid/exe" 2>/dev/null) == */"$want" ]] || continue
+    log "stopping system $want (pid $pid from $pidf)"
+    kill "$pid" 2>/dev/null || true
+  done
+}
+
+install_packages() {
+  local missing=()
+  command -v nginx >/dev/null || missing+=(nginx)
+  command -v varnishd >/dev/null || missing+=(varnish)
+  command -v traffic_server >/dev/null || missing+=(trafficserver)
+  command -v wrk >/dev/null || missing+=(wrk)
+  command -v taskset >/dev/null || missing+=(util-linux)
+  command -v curl >/dev/null || missing+=(curl)
+  if ((${#missing[@]})); then
+    log "installing: ${missing[*]}"
+    apt-get update -qq
+    # nginx-light is enough (proxy_cache is core); fall back to nginx.
+    local i
+    for i in "${!missing[@]}"; do
+      if [[ ${missing[$i]} == nginx ]] && apt-cache show nginx-light >/dev/null 2>&1; then
+        missing[$i]=nginx-light
+      fi
+    done
+    # policy-rc.d exit 101 keeps maintainer scripts from starting services.
+    local policy_added=0
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+      chmod +x /usr/sbin/policy-rc.d
+      policy_added=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >&2 || { ((policy_added)) && rm -f /usr/sbin/policy-rc.d; die "apt-get install failed"; }
+    ((policy_added)) && rm -f /usr/sbin/policy-rc.d
+  fi
+  stop_system_services
+}
+
+# Package + binary versions of the peers, for the report.
+pkg_version() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo "n/a"; }
+peer_versions() {
+  local ngpkg=nginx-light
+  dpkg -s nginx-light >/dev/null 2>&1 || ngpkg=nginx
+  echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //') (Debian package $ngpkg $(pkg_version $ngpkg))"
+  echo "- Varnish: $(varnishd -V 2>&1 | head -1) (Debian package varnish $(pkg_version varnish))"
+  echo "- Apache Traffic Server: $(traffic_server -V 2>/dev/null | grep -m1 -o 'traffic_server - [0-9.]*' | sed 's/traffic_server - /ATS /') (Debian package trafficserver $(pkg_version trafficserver))"
+  echo "- wrk: $(wrk -v 2>&1 | head -1 | awk '{print $2}') (Debian package wrk $(pkg_version wrk))"
+  if [[ -x $VCDN_BIN ]]; then
+    echo "- vcdn: $("$VCDN_BIN" --version 2>/dev/null || echo unknown) ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo no-commit))"
+  fi
+}
+
+# ------------------------------------------------------------- processes --
+TMP="" SHM="" QUOTA_CG=""
+declare -a STARTED=()       # root pids of everything we started
+
+# All descendants of a pid (inclusive), from `ps` pid/ppid pairs.
+tree_pids() {
+  [[ -d /proc/$1 ]] || return 0
+  ps -e -o pid= -o ppid= | awk -v root="$1" '
+    { parent[$1] = $2 }
+    END {
+      keep[root] = 1; n = 1
+      while (n) { n = 0
+        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; n++ } }
+      for (p in keep) print p
+    }'
+}
+
+# CPU ticks of a process tree: utime+stime (fields 14,15) plus cutime+cstime
+# (16,17) so that a child reaped during the run is not lost. Snapshot the
+# tree fresh each time; the difference is the CPU burned in between.
+cpu_ticks() {
+  local p line total=0 f
+  for p in $(tree_pids "$1"); do
+    line=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    line=${line##*) }                 # drop "pid (comm) ", comm may hold spaces
+    read -ra f <<<"$line"             # f[0] is field 3 (state)
+    total=$((total + f[11] + f[12] + f[13] + f[14]))
+  done
+  echo "$total"
+}
+
+# Busy ticks of the server CPU from /proc/stat (user+nice+system+irq+softirq
+# +steal). Minus the server's own ticks this is CPU-0 work not charged to the
+# server: foreign processes, ksoftirqd, and (only on kernels with
+# CONFIG_IRQ_TIME_ACCOUNTING) softirq network work. Should be near 0.
+core_busy_ticks() {
+  awk -v c="cpu$SERVER_CPU" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
+}
+
+# How the kernel charges interrupt time, for the report.
+irq_accounting() {
+  local cfg
+  cfg=$(zcat /proc/config.gz 2>/dev/null || cat "/boot/config-$(uname -r)" 2>/dev/null || true)
+  if grep -q '^CONFIG_IRQ_TIME_ACCOUNTING=y' <<<"$cfg"; then
+    echo "CONFIG_IRQ_TIME_ACCOUNTING=y: irq/softirq time is NOT in server CPU-s (it shows in the 'not charged' column)"
+  elif grep -q '^# CONFIG_IRQ_TIME_ACCOUNTING is not set' <<<"$cfg"; then
+    echo "no CONFIG_IRQ_TIME_ACCOUNTING: softirq network work done while the server runs is charged to it (part of server CPU-s)"
+  else
+    echo "kernel config not readable: whether softirq time is in server CPU-s is unknown"
+  fi
+}
+
+# Re-pin every thread of a server to the server CPU. ATS resets its ET_NET
+# threads' affinity to all CPUs at start-up, so a plain `taskset -c` exec is
+# not enough; threads created later inherit the pinned mask.
+pin_tree() {
+  local p
+  for p in $(tree_pids "$1"); do taskset -a -p -c "$SERVER_CPU" "$p" >/dev/null 2>&1 || true; done
+}
+
+stop_tree() {
+  local root=$1 pids i
+  pids=$(tree_pids "$root")
+  [[ -n $pids ]] || return 0
+  kill -TERM $pids 2>/dev/null || true
+  for i in $(seq 50); do
+    pids=$(for p in $pids; do if [[ -d /proc/$p ]]; then echo "$p"; fi; done)
+    [[ -z $pids ]] && break
+    sleep 0.1
+  done
+  [[ -n $pids ]] && kill -KILL $pids 2>/dev/null || true
+  wait "$root" 2>/dev/null || true
+}
+
+cleanup() {
+  local rc=$? r i
+  trap - EXIT INT TERM
+  set +e   # best effort from here on
+  for r in "${STARTED[@]}"; do stop_tree "$r"; done
+  if [[ -n $QUOTA_CG && -d $QUOTA_CG ]]; then
+    for i in $(seq 20); do rmdir "$QUOTA_CG" 2>/dev/null && break; sleep 0.1; done
+  fi
+  [[ -n $TMP ]] && rm -rf "$TMP"
+  [[ -n $SHM ]] && rm -rf "$SHM"
+  exit "$rc"
+}
+
+port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+
+# Wait until something answers HTTP on the port (any status), up to $2 s.
+wait_http() {
+  local url=$1 secs=$2 i
+  for i in $(seq $((secs * 20))); do
+    curl -s -o /dev/null --max-time 1 "$url" && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# Substitute @KEY@ placeholders: render TEMPLATE OUT KEY=VALUE...
+render() {
+  local tmpl=$1 out=$2 kv args=()
+  shift 2
+  for kv in "$@"; do args+=(-e "s#@${kv%%=*}@#${kv#*=}#g"); done
+  sed "${args[@]}" "$tmpl" >"$out"
+  ! grep -q '@[A-Z_]*@' "$out" || die "unrendered placeholder in $out"
+}
+
+# ---------------------------------------------------------------- servers --
+# Each start_* launches the server pinned to CPU 0 in the foreground (no
+# daemonising, so $! is the root of its process tree) and sets LAST_PID.
+# (Not via $(...): the server must be our child, not a subshell's.)
+LAST_PID=""
+
+start_origin() {
+  taskset -c "$CLIENT_CPU" "$VCDN_BIN" origin --listen "127.0.0.1:$ORIGIN_PORT" \
+    >"$TMP/origin.log" 2>&1 &
+  LAST_PID=$!
+}
+
+start_vcdn() {
+  RUST_LOG=${RUST_LOG:-warn} taskset -c "$SERVER_CPU" "$VCDN_BIN" cache \
+    --listen "127.0.0.1:${PORT[vcdn]}" --upstream "http://127.0.0.1:$ORIGIN_PORT" \
+    --memory "$MEMORY_BYTES" --threads 1 $VCDN_CACHE_ARGS \
+    >"$TMP/vcdn.log" 2>&1 &
+  LAST_PID=$!
+}
+
+start_nginx() {
+  local d=$TMP/nginx
+  mkdir -p "$d" "$SHM/nginx-cache"
+  render "$PEERS_DIR/nginx.conf.tmpl" "$d/nginx.conf" PORT="${PORT[nginx]}" \
+    ORIGIN_PORT="$ORIGIN_PORT" RUN_DIR="$d" CACHE_DIR="$SHM/nginx-cache" USER="$(id -un)"
+  # -e: startup error log before the config is read (instead of /var/log/nginx)
+  taskset -c "$SERVER_CPU" nginx -p "$d" -c "$d/nginx.conf" -e "$d/nginx-error.log" \
+    >"$d/stdout.log" 2>&1 &
+  LAST_PID=$!
+}
+
+start_varnish() {
+  local d=$TMP/varnish
+  mkdir -p "$d/work"
+  render "$PEERS_DIR/varnish.vcl.tmpl" "$d/bench.vcl" ORIGIN_PORT="$ORIGIN_PORT"
+  # -F foreground manager (+ forked child), -j none: no privilege separation
+  # (we are root; keeps all files in our temp dir). thread_pools=1: one core.
+  taskset -c "$SERVER_CPU" varnishd -F -j none -n "$d/work" \
+    -a "127.0.0.1:${PORT[varnish]}" -T 127.0.0.1:0 -f "$d/bench.vcl" \
+    -s "malloc,512m" -p thread_pools=1 ${VARNISH_ARGS:-} \
+    >"$d/stdout.log" 2>&1 &
+  LAST_PID=$!
+}
+
+start_ats() {
+  local d=$TMP/ats
+  mkdir -p "$d/etc" "$d/var" "$d/run" "$d/log" "$d/cache" "$SHM/ats-cache"
+  # Start from the packaged config set (body_factory etc.), then override.
+  cp -r /etc/trafficserver/. "$d/etc/"
+  local kv=(PORT="${PORT[ats]}" ORIGIN_PORT="$ORIGIN_PORT" ATS_DIR="$d"
+            CACHE_DIR="$SHM/ats-cache" CONFIG_THROTTLE=8000)
+  render "$PEERS_DIR/ats/records.config.tmpl" "$d/etc/records.config" "${kv[@]}"
+  render "$PEERS_DIR/ats/remap.config.tmpl" "$d/etc/remap.config" "${kv[@]}"
+  render "$PEERS_DIR/ats/storage.config.tmpl" "$d/etc/storage.config" "${kv[@]}"
+  render "$PEERS_DIR/ats/runroot.yaml.tmpl" "$d/runroot.yaml" "${kv[@]}"
+  cp "$PEERS_DIR/ats/ip_allow.yaml" "$d/etc/ip_allow.yaml"
+  : >"$d/etc/plugin.config"
+  : >"$d/etc/logging.yaml"
+  # traffic_server alone (no traffic_manager): one process, same data path.
+  taskset -c "$SERVER_CPU" traffic_server --run-root="$d/runroot.yaml" \
+    >"$d/stdout.log" 2>&1 &
+  LAST_PID=$!
+}
+
+server_logs() {
+  case $1 in
+    vcdn) tail -n 20 "$TMP/vcdn.log" ;;
+    nginx) tail -n 20 "$TMP/nginx/nginx-error.log" "$TMP/nginx/stdout.log" ;;
+    varnish) tail -n 20 "$TMP/varnish/stdout.log" ;;
+    ats) tail -n 20 "$TMP/ats/stdout.log" "$TMP/ats/log/diags.log" ;;
+  esac 2>/dev/null || true
+}
+
+# Is this response (headers on stdin) a cache hit, judged by the peer's own
+# header?
+is_hit() {
+  case $1 in
+    vcdn) grep -qiE '^x-cache: *hit' ;;
+    nginx) grep -qiE '^x-cache-status: *hit' ;;
+    # X-Varnish: "<this xid> <xid that inserted the object>" only on hits
+    varnish) grep -qiE '^x-varnish: *[0-9]+ +[0-9]+' ;;
+    # Via codes: cH = fresh hit, cR = fresh hit served from the RAM cache
+    ats) grep -qiE '^via:.*\[c[HR]' ;;
+  esac
+}
+
+# Request every object a few times; the last answer must be a hit with the
+# full body. Abort otherwise: a peer that is not caching would measure the
+# origin.
+warm_and_verify() {
+  local s=$1 url=http://127.0.0.1:${PORT[$1]} obj i hdr size want
+  for obj in "${OBJECTS[@]}"; do
+    want=${obj##*/}
+    for i in 1 2 3 4; do
+      hdr=$(curl -s --max-time 10 -o /dev/null -D - -w 'BODY_BYTES=%{size_download}\n' "$url$obj") \
+        || die "${LABEL[$s]}: request to $url$obj failed"
+    done
+    size=$(sed -n 's/^BODY_BYTES=//p' <<<"$hdr")
+    if ! is_hit "$s" <<<"$hdr" || [[ $size != "$want" ]] || ! grep -qE '^HTTP/[0-9.]+ 200' <<<"$hdr"; then
+      printf '%s\n' "$hdr" >&2
+      server_logs "$s" >&2
+      die "${LABEL[$s]} is not serving $obj from cache (4th request is not a 200 hit of $want bytes; headers above)"
+    fi
+    if [[ $s == ats ]] && ! grep -qiE '^via:.*\[cR' <<<"$hdr"; then
+      log "note: ATS hit for $obj is not from its RAM cache (Via: $(grep -i '^via' <<<"$hdr"))"
+    fi
+  done
+  log "${LABEL[$s]}: all objects verified as cache hits"
+}
+
+# ------------------------------------------------------------------ quota --
+# Prefer cgroup v2 (cpu.max). On hybrid hosts the cpu controller may be bound
+# to a v1 hierarchy instead; then (if allowed) use v1 cpu.cfs_quota_us, which
+# drives the very same CFS bandwidth controller. Sets QUOTA_CG/QUOTA_KIND, or
+# QUOTA_WHY and returns 1.
+QUOTA_KIND="" QUOTA_WHY=""
+setup_quota_cgroup() {
+  local why=() v2 ctrls rel parent cand cg err=$TMP/cg.err v1
+  v2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+  if [[ -z $v2 ]]; then
+    why+=("no cgroup2 filesystem mounted")
+  else
+    ctrls=$(cat "$v2/cgroup.controllers" 2>/dev/null || true)
+    if ! grep -qw cpu <<<"$ctrls"; then
+      why+=("cgroup v2 at $v2 offers controllers [${ctrls:-none}] without 'cpu' (the cpu controller is attached to a cgroup v1 hierarchy)")
+    else
+      rel=$(awk -F: '$1 == "0" { print $3 }' /proc/self/cgroup)
+      # Candidates: the v2 root (exempt from the no-internal-processes rule),
+      # then our own cgroup.
+      for parent in "$v2" "$v2${rel%/}"; do
+        [[ -d $parent ]] || continue
+        if ! grep -qw cpu "$parent/cgroup.controllers" 2>/dev/null && [[ $parent != "$v2" ]]; then
+          why+=("$parent: cpu not in cgroup.controllers"); continue
+        fi
+        if ! grep -qw cpu "$parent/cgroup.subtree_control"; then
+          if ! { echo +cpu >"$parent/cgroup.subtree_control"; } 2>"$err"; then
+            why+=("enabling +cpu in $parent/cgroup.subtree_control failed: $(tr -d '\n' <"$err")"); continue
+          fi
+        fi
+        cg=$parent/vcdn-bench-$$
+        if ! mkdir "$cg" 2>"$err"; then why+=("mkdir $cg: $(tr -d '\n' <"$err")"); continue; fi
+        if ! { echo "$QUOTA_US $PERIOD_US" >"$cg/cpu.max"; } 2>"$err"; then
+          why+=("writing $cg/cpu.max: $(tr -d '\n' <"$err")"); rmdir "$cg"; continue
+        fi
+        QUOTA_CG=$cg QUOTA_KIND="cgroup v2 $cg/cpu.max = \"$QUOTA_US $PERIOD_US\""
+        return 0
+      done
+    fi
+  fi
+  # cgroup v1 fallback: a hierarchy with the cpu controller (often cpu,cpuacct).
+  v1=$(awk '$3 == "cgroup" && ("," $4 ",") ~ /,cpu,/ { print $2; exit }' /proc/mounts)
+  if [[ $CGROUP_V1_FALLBACK == 1 && -n $v1 ]]; then
+    cg=$v1/vcdn-bench-$$
+    if mkdir "$cg" 2>"$err" &&
+       { echo "$PERIOD_US" >"$cg/cpu.cfs_period_us" && echo "$QUOTA_US" >"$cg/cpu.cfs_quota_us"; } 2>>"$err"; then
+      QUOTA_CG=$cg
+      QUOTA_KIND="cgroup v1 $cg cpu.cfs_quota_us=$QUOTA_US cpu.cfs_period_us=$PERIOD_US (fallback: ${why[*]})"
+      return 0
+    fi
+    why+=("cgroup v1 cpu at $v1: $(tr -d '\n' <"$err")")
+    [[ -d $cg ]] && rmdir "$cg" 2>/dev/null || true
+  elif [[ -n $v1 ]]; then
+    why+=("cgroup v1 cpu hierarchy at $v1 not used (CGROUP_V1_FALLBACK=0)")
+  fi
+  QUOTA_WHY=$(IFS=';'; echo "${why[*]}")
+  return 1
+}
+
+# Move a whole server (every process; threads follow) into the quota group.
+enter_quota() {
+  local p
+  for p in $(tree_pids "$1"); do echo "$p" >"$QUOTA_CG/cgroup.procs"; done
+}
+
+# -------------------------------------------------------------------- wrk --
+# wrk's done() hook prints exact totals; without request/response hooks the
+# Lua script does not touch wrk's hot path.
+write_wrk_lua() {
+  cat >"$TMP/report.lua" <<'EOF'
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "BENCH requests=%d bytes=%d duration_us=%d sock_errors=%d non2xx=%d p50_us=%d p99_us=%d\n",
+    summary.requests, summary.bytes, summary.duration,
+    e.connect + e.read + e.write + e.timeout, e.status,
+    latency:percentile(50), latency:percentile(99)))
+end
+EOF
+}
+
+# run_wrk SERVER ROOTPID MODE SCENARIO_INDEX -> appends a row to results.tsv
+run_wrk() {
+  local s=$1 root=$2 mode=$3 idx=$4 title path conns url out
+  IFS='|' read -r title path conns <<<"${SCENARIOS[$idx]}"
+  url=http://127.0.0.1:${PORT[$s]}$path
+  out=$TMP/wrk-$mode-$s-$idx.txt
+  local threads=$WRK_THREADS
+  ((threads > conns)) && threads=$conns
+  pin_tree "$root"
+  if [[ $WARMUP != 0 ]]; then
+    timeout $(($(dur_secs "$WARMUP") + 30)) taskset -c "$CLIENT_CPU" \
+      wrk -t"$threads" -c"$conns" -d"$WARMUP" --timeout 5s "$url" >/dev/null 2>&1 || true
+    sleep 0.5
+  fi
+  local t0 t1 o0 o1 c0 c1
+  t0=$(cpu_ticks "$root"); o0=$(cpu_ticks "$ORIGIN_PID"); c0=$(core_busy_ticks)
+  timeout $((DUR_S + 30)) taskset -c "$CLIENT_CPU" \
+    wrk -t"$threads" -c"$conns" -d"$DURATION" --timeout 5s -s "$TMP/report.lua" "$url" >"$out" 2>&1 \
+    || { log "wrk exited non-zero for ${LABEL[$s]} ($mode, $title):"; cat "$out" >&2; }
+  t1=$(cpu_ticks "$root"); o1=$(cpu_ticks "$ORIGIN_PID"); c1=$(core_busy_ticks)
+  local line
+  line=$(grep '^BENCH ' "$out" || true)
+  if [[ -z $line ]]; then
+    cat "$out" >&2
+    die "no wrk result for ${LABEL[$s]} ($mode, $title)"
+  fi
+  # key=value -> variables
+  local requests bytes duration_us sock_errors non2xx p50_us p99_us kv
+  for kv in ${line#BENCH }; do printf -v "${kv%%=*}" '%s' "${kv#*=}"; done
+  local cpu_s origin_cpu_s other_s
+  other_s=$(awk -v a="$c0" -v b="$c1" -v s="$((t1 - t0))" -v hz="$CLK_TCK" 'BEGIN {
+    o = (b - a - s) / hz; if (o < 0) o = 0; printf "%.2f", o }')
+  cpu_s=$(awk -v a="$t0" -v b="$t1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / hz }')
+  origin_cpu_s=$(awk -v a="$o0" -v b="$o1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / hz }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "$idx" "$s" "$requests" "$bytes" \
+    "$duration_us" "$cpu_s" "$origin_cpu_s" "$((sock_errors + non2xx))" "$p99_us" "$conns" "$other_s" >>"$TMP/results.tsv"
+  log "$(printf '%-8s %-5s %-40s %10.0f req/s  cpu %5ss  errors %s' "${LABEL[$s]}" "$mode" "$title" \
+    "$(awk -v r="$requests" -v d="$duration_us" 'BEGIN { print r / (d / 1e6) }')" "$cpu_s" "$((sock_errors + non2xx))")"
+  if awk -v o="$other_s" -v d="$DUR_S" 'BEGIN { exit !(o > 0.10 * d) }'; then
+    log "WARNING: ${other_s}s of CPU $SERVER_CPU busy time was not charged to the server (other processes or ksoftirqd): numbers may be disturbed"
+  fi
+  # The origin must stay idle during hit-only runs; 10 ticks of noise allowed.
+  if (( o1 - o0 > 10 )); then
+    log "WARNING: origin used ${origin_cpu_s}s CPU during ${LABEL[$s]} run: it is not serving everything from cache"
+  fi
+  sleep 1   # let closed connections drain before the next run
+}
+
+# ----------------------------------------------------------------- report --
+# Markdown tables from results.tsv:
+# mode idx server requests bytes duration_us cpu_s origin_cpu_s errors p99_us conns other_s
+report() {
+  local idx title path conns
+  {
+    echo "# vcdn cache benchmark"
+    echo
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "- kernel: $(uname -r)"
+    echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs"
+    peer_versions
+    echo "- setup: each server alone, pinned to CPU $SERVER_CPU and sized for one core (vcdn --threads 1, nginx worker_processes 1, Varnish thread_pools=1, ATS exec_thread.limit 1); wrk -t$WRK_THREADS on CPU $CLIENT_CPU; duration $DURATION per run (+ $WARMUP unmeasured warm-up); objects warmed and verified as hits; memory cache 512 MiB each (nginx: proxy_cache on tmpfs + open_file_cache, Varnish: -s malloc,512m, ATS: 512 MiB RAM cache, tmpfs span)"
+    echo "- server CPU = utime+stime (+cutime+cstime) of all the server's processes from /proc/PID/stat, before/after each run"
+    echo "- CPU$SERVER_CPU busy-s not charged to server = busy time of the server's core (/proc/stat) minus server CPU-s: foreign processes, ksoftirqd, or uncharged softirq; should be near 0 on a quiet machine"
+    echo "- interrupt accounting: $(irq_accounting)"
+    echo "- MiB = 2^20 bytes of response (headers + body) as counted by wrk"
+    [[ -n $QUOTA_KIND ]] && echo "- quota: $QUOTA_KIND"
+    [[ -n $QUOTA_WHY ]] && echo "- quota mode skipped: $QUOTA_WHY"
+    echo
+  } >"$TMP/report.md"
+
+  local mode
+  for mode in cpu quota; do
+    grep -q "^$mode	" "$TMP/results.tsv" 2>/dev/null || continue
+    for idx in "${!SCENARIOS[@]}"; do
+      IFS='|' read -r title path conns <<<"${SCENARIOS[$idx]}"
+      if [[ $mode == cpu ]]; then
+        echo "## $title - uncapped, per server CPU-second"
+      else
+        echo "## $title - capped to half a core ($((QUOTA_US / 1000)) ms per $((PERIOD_US / 1000)) ms)"
+      fi
+      echo
+      awk -F'\t' -v mode="$mode" -v idx="$idx" -v servers="$SERVERS" -v cpuid="$SERVER_CPU" '
+        function lbl(s) { return s == "vcdn" ? "vcdn" : s == "nginx" ? "nginx" : s == "varnish" ? "Varnish" : "ATS" }
+        function ratio(a, b) { return (a > 0 && b > 0) ? sprintf("%.2fx", a / b) : "n/a" }
+        $1 == mode && $2 == idx {
+          s = $3; d = $6 / 1e6
+          rps[s] = $4 / d; mibs[s] = $5 / d / 1048576; cpu[s] = $7; err[s] = $9; p99[s] = $10 / 1000
+          rpc[s] = ($7 > 0) ? $4 / $7 : 0; mpc[s] = ($7 > 0) ? $5 / 1048576 / $7 : 0
+          util[s] = $7 / d * 100; ocpu[s] = $8; other[s] = $12
+        }
+        END {
+          n = split(servers, order, " ")
+          if (mode == "cpu") {
+            print "| server | req/s | MiB/s | server CPU-s | CPU util | req per CPU-s | MiB per CPU-s | p99 ms | errors | CPU" cpuid " busy-s not charged to server |"
+            print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          } else {
+            print "| server | req/s | MiB/s | server CPU-s | p99 ms | errors |"
+            print "|---|---:|---:|---:|---:|---:|"
+          }
+          for (i = 1; i <= n; i++) { s = order[i]; if (!(s in rps)) continue
+            if (mode == "cpu")
+              printf "| %s | %.0f | %.1f | %.2f | %.0f%% | %.0f | %.1f | %.2f | %d | %.2f |\n", lbl(s), rps[s], mibs[s], cpu[s], util[s], rpc[s], mpc[s], p99[s], err[s], other[s]
+            else
+              printf "| %s | %.0f | %.1f | %.2f | %.2f | %d |\n", lbl(s), rps[s], mibs[s], cpu[s], p99[s], err[s]
+          }
+          if (!("vcdn" in rps)) { print ""; next_ok = 0; exit }
+          # best of the two dedicated caches
+          brpc = rpc["varnish"] > rpc["ats"] ? rpc["varnish"] : rpc["ats"]
+          bmpc = mpc["varnish"] > mpc["ats"] ? mpc["varnish"] : mpc["ats"]
+          brps = rps["varnish"] > rps["ats"] ? rps["varnish"] : rps["ats"]
+          print ""
+          if (mode == "cpu") {
+            print "| ratio | req per CPU-s | MiB per CPU-s |"
+            print "|---|---:|---:|"
+            split("nginx varnish ats", peers, " ")
+            for (i = 1; i <= 3; i++) { p = peers[i]; if (!(p in rps)) continue
+              printf "| vcdn/%s | %s | %s |\n", lbl(p), ratio(rpc["vcdn"], rpc[p]), ratio(mpc["vcdn"], mpc[p]) }
+            if (("varnish" in rps) || ("ats" in rps))
+              printf "| vcdn/best(Varnish, ATS) | %s | %s |\n", ratio(rpc["vcdn"], brpc), ratio(mpc["vcdn"], bmpc)
+          } else {
+            print "| ratio | req/s under quota |"
+            print "|---|---:|"
+            split("nginx varnish ats", peers, " ")
+            for (i = 1; i <= 3; i++) { p = peers[i]; if (!(p in rps)) continue
+              printf "| vcdn/%s | %s |\n", lbl(p), ratio(rps["vcdn"], rps[p]) }
+            if (("varnish" in rps) || ("ats" in rps))
+              printf "| vcdn/best(Varnish, ATS) | %s |\n", ratio(rps["vcdn"], brps)
+          }
+          print ""
+        }' "$TMP/results.tsv"
+    done >>"$TMP/report.md"
+  done
+  mkdir -p "$(dirname "$OUT")"
+  cp "$TMP/report.md" "$OUT"
+  echo
+  cat "$TMP/report.md"
+  log "markdown written to $OUT"
+}
+
+# ------------------------------------------------------------------- main --
+main() {
+  install_packages
+
+  if [[ $SKIP_BUILD != 1 ]]; then
+    log "building vcdn (cargo build --release -p vcdn)"
+    (cd "$ROOT" && cargo build --release -p vcdn) >&2 || die "cargo build failed"
+  fi
+  [[ -x $VCDN_BIN ]] || die "vcdn binary not found at $VCDN_BIN"
+
+  # 1000 connections need >1000 fds in wrk and in every server.
+  local hard
+  hard=$(ulimit -Hn)
+  [[ $hard == unlimited ]] && hard=65536
+  ((hard > 65536)) && hard=65536
+  ulimit -n "$hard"
+  (( $(ulimit -n) >= 4096 )) || log "WARNING: ulimit -n is $(ulimit -n); 1000 connections may fail"
+
+  TMP=$(mktemp -d /tmp/vcdn-cache-bench.XXXXXX)
+  SHM=$(mktemp -d /dev/shm/vcdn-cache-bench.XXXXXX)   # tmpfs for nginx/ATS caches
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
+  : >"$TMP/results.tsv"
+  write_wrk_lua
+
+  local modes=()
+  [[ $MODE == cpu || $MODE == both ]] && modes+=(cpu)
+  if [[ $MODE == quota || $MODE == both ]]; then
+    if setup_quota_cgroup; then
+      modes+=(quota)
+      log "quota mode: $QUOTA_KIND"
+    else
+      log "quota mode SKIPPED: $QUOTA_WHY"
+    fi
+  fi
+  ((${#modes[@]})) || die "nothing to run"
+
+  local p
+  for p in "$ORIGIN_PORT" "${PORT[@]}"; do port_free "$p" || die "port $p is already in use (set BASE_PORT)"; done
+
+  start_origin
+  ORIGIN_PID=$LAST_PID
+  STARTED+=("$ORIGIN_PID")
+  wait_http "http://127.0.0.1:$ORIGIN_PORT/size/43" 10 || { cat "$TMP/origin.log" >&2; die "vcdn origin did not start"; }
+  local hdr
+  hdr=$(curl -s -D - -o /dev/null "http://127.0.0.1:$ORIGIN_PORT/size/43")
+  grep -qi '^cache-control:.*max-age' <<<"$hdr" \
+    || die "origin does not send Cache-Control max-age; caches would not store its objects"
+
+  local s root mode idx
+  for s in $SERVERS; do
+    log "starting ${LABEL[$s]} on 127.0.0.1:${PORT[$s]}"
+    "start_$s"
+    root=$LAST_PID
+    STARTED+=("$root")
+    if ! wait_http "http://127.0.0.1:${PORT[$s]}/size/43" 60; then
+      server_logs "$s" >&2
+      die "${LABEL[$s]} did not answer on port ${PORT[$s]}"
+    fi
+    pin_tree "$root"
+    warm_and_verify "$s"
+    for mode in "${modes[@]}"; do
+      [[ $mode == quota ]] && enter_quota "$root"
+      for idx in "${!SCENARIOS[@]}"; do run_wrk "$s" "$root" "$mode" "$idx"; done
+    done
+    # Re-check after the runs: still hits (nothing was evicted or expired).
+    warm_and_verify "$s"
+    stop_tree "$root"
+  done
+
+  report
+}
+
+main "$@"

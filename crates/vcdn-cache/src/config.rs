@@ -1,0 +1,194 @@
+//! Cache configuration: a TOML file, overridden by flags and `VCDN_*`
+//! environment variables in the binary, with defaults that work on one
+//! machine.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Everything `vcdn cache` can be told.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Address clients connect to.
+    pub listen: SocketAddr,
+    /// Origin or parent cache: `http://host:port[/base-path]`.
+    pub upstream: String,
+    /// Address of the control API, `/metrics` and `/healthz`.
+    pub admin: Option<SocketAddr>,
+    /// Bearer token the control API requires.
+    pub admin_token: Option<String>,
+    /// Bytes of the memory tier.
+    #[serde(deserialize_with = "size")]
+    pub memory: u64,
+    /// Directory of the disk tier (none: memory only).
+    pub disk: Option<PathBuf>,
+    /// Bytes of the disk tier.
+    #[serde(deserialize_with = "size")]
+    pub disk_size: u64,
+    /// Serving threads (0: one per available CPU).
+    pub threads: usize,
+    /// Name used in Via (a random suffix makes it unique per process, so a
+    /// forwarding loop is detected without false alarms in a hierarchy).
+    pub via: String,
+    pub upstream_connect_timeout_ms: u64,
+    pub upstream_read_timeout_ms: u64,
+    pub upstream_max_idle: usize,
+    /// A client has this long to send a request head once it started.
+    pub header_timeout_ms: u64,
+    /// An idle keep-alive connection is closed after this long.
+    pub idle_timeout_ms: u64,
+    /// A client that accepts no bytes for this long is dropped.
+    pub send_timeout_ms: u64,
+    pub max_request_line: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    /// Largest request body forwarded (bodies are buffered), bytes.
+    #[serde(deserialize_with = "size")]
+    pub max_request_body: u64,
+    pub max_connections: usize,
+    /// Largest lead of the fastest over the slowest client of one stream
+    /// that is too large to cache, bytes.
+    #[serde(deserialize_with = "size")]
+    pub stream_window: u64,
+    /// Revalidate when a client sends `Cache-Control: no-cache` (RFC);
+    /// false shields the upstream from forced reloads.
+    pub honor_client_no_cache: bool,
+    /// Targeted cache-control fields obeyed ahead of Cache-Control.
+    pub targeted_fields: Vec<String>,
+    /// Heuristic freshness as a fraction of the time since Last-Modified.
+    pub heuristic_fraction: f64,
+    pub heuristic_max_s: u64,
+    /// Log format: "text" or "json".
+    pub log_format: String,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            listen: "127.0.0.1:8080".parse().expect("static address"),
+            upstream: "http://127.0.0.1:9000".into(),
+            admin: None,
+            admin_token: None,
+            memory: 256 << 20,
+            disk: None,
+            disk_size: 1 << 30,
+            threads: 0,
+            via: "vcdn".into(),
+            upstream_connect_timeout_ms: 3_000,
+            upstream_read_timeout_ms: 30_000,
+            upstream_max_idle: 64,
+            header_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            send_timeout_ms: 60_000,
+            max_request_line: 8 * 1024,
+            max_header_bytes: 32 * 1024,
+            max_headers: 100,
+            max_request_body: 16 << 20,
+            max_connections: 100_000,
+            stream_window: 8 << 20,
+            honor_client_no_cache: true,
+            targeted_fields: vec!["CDN-Cache-Control".into()],
+            heuristic_fraction: 0.1,
+            heuristic_max_s: 86_400,
+            log_format: "text".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("invalid configuration in {0}: {1}")]
+    Parse(PathBuf, toml::de::Error),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl CacheConfig {
+    pub fn from_file(path: &std::path::Path) -> Result<CacheConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.into(), e))?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse(path.into(), e))
+    }
+
+    /// Check what cannot be expressed in types.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.into()));
+        if self.admin.is_some() && self.admin_token.as_deref().unwrap_or("").is_empty() {
+            return bad("--admin needs --admin-token: the control API is always protected");
+        }
+        if self.memory < 64 * 1024 {
+            return bad("--memory must be at least 64 KiB");
+        }
+        if self.disk.is_some() && self.disk_size < 1 << 20 {
+            return bad("--disk-size must be at least 1 MiB");
+        }
+        if !self.upstream.starts_with("http://") {
+            return bad("--upstream must be an http:// URL");
+        }
+        if self.log_format != "text" && self.log_format != "json" {
+            return bad("log format must be \"text\" or \"json\"");
+        }
+        Ok(())
+    }
+}
+
+/// Parse a byte size: a number with an optional K, M, G or T suffix
+/// (binary multiples; "KiB", "MB" and friends accepted too).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 1048576, 64M, 2G)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("{s:?}: unknown size unit (use K, M, G or T)")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+fn size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        N(u64),
+        S(String),
+    }
+    match Size::deserialize(d)? {
+        Size::N(n) => Ok(n),
+        Size::S(s) => parse_size(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("42").unwrap(), 42);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("2 GiB").unwrap(), 2 << 30);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("5Q").is_err());
+    }
+
+    #[test]
+    fn toml_file() {
+        let c: CacheConfig = toml::from_str(
+            "listen = \"127.0.0.1:1\"\nupstream = \"http://127.0.0.1:2\"\nmemory = \"1G\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.memory, 1 << 30);
+        assert!(toml::from_str::<CacheConfig>("bogus = 1").is_err());
+    }
+}

@@ -1,0 +1,455 @@
+//! One upstream fetch shared by every client that wants the same object
+//! (request coalescing), with the body cloned to all of them as it arrives.
+//!
+//! This is MiniCache's "link" object and stream cloning: the fetch keeps the
+//! received chunks and one position per reader (the paper's per-client ring
+//! pointers). While the object may still be cached, every chunk is kept, so
+//! late joiners start from byte 0. Once it is too large to cache (larger
+//! than the store accepts, or a live stream of unknown length), chunks that
+//! every reader has passed are dropped, and the upstream read waits while
+//! the fastest reader is more than `window` bytes ahead of the slowest: the
+//! memory a fetch holds is then bounded, whatever the object's size.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use vcdn_http::Headers;
+
+use crate::key::ObjectId;
+use crate::object::{CachedObject, ObjectStats};
+use crate::policy::Freshness;
+
+/// The response head of a fetch, once it has arrived.
+#[derive(Debug)]
+pub struct FetchedHead {
+    pub status: u16,
+    /// End-to-end fields to send to clients (and store).
+    pub headers: Headers,
+    pub content_length: Option<u64>,
+    pub freshness: Freshness,
+    /// Vary field names; `None` for `Vary: *`.
+    pub vary: Option<Vec<Bytes>>,
+    pub response_time: u64,
+    pub initial_age: u64,
+    /// Set when a revalidation got 304: the refreshed stored object.
+    pub refreshed: Option<Arc<CachedObject>>,
+}
+
+/// Why a fetch produced no (complete) response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchError {
+    /// The status to answer a client that has not yet had a response (502 or 504).
+    pub status: u16,
+    pub message: String,
+}
+
+#[derive(Debug)]
+struct Inner {
+    head: Option<Result<Arc<FetchedHead>, FetchError>>,
+    /// Received chunks with their offsets.
+    chunks: VecDeque<(u64, Bytes)>,
+    received: u64,
+    done: Option<Result<(), FetchError>>,
+    /// Position of each reader, by slot.
+    readers: Vec<Option<u64>>,
+    /// Whether every byte since 0 is still kept.
+    keep_all: bool,
+}
+
+#[derive(Debug)]
+pub struct Fetch {
+    /// The primary id and key this fetch fills.
+    pub id: ObjectId,
+    pub key: Bytes,
+    /// The request fields of the client that started it (to tell, once the
+    /// response's Vary is known, whether other clients may share it).
+    pub leader_headers: Headers,
+    pub stats: Arc<ObjectStats>,
+    pub started: Instant,
+    /// Largest body kept whole for caching.
+    max_keep: u64,
+    /// Largest distance between the fastest and the slowest reader once
+    /// the body is no longer kept whole.
+    window: u64,
+    inner: Mutex<Inner>,
+    progress: watch::Sender<u64>,
+    drained: watch::Sender<u64>,
+}
+
+impl Fetch {
+    pub fn new(
+        key: Bytes,
+        leader_headers: Headers,
+        stats: Arc<ObjectStats>,
+        max_keep: u64,
+        window: u64,
+    ) -> Arc<Fetch> {
+        Arc::new(Fetch {
+            id: ObjectId::of(&key),
+            key,
+            leader_headers,
+            stats,
+            started: Instant::now(),
+            max_keep,
+            window,
+            inner: Mutex::new(Inner {
+                head: None,
+                chunks: VecDeque::new(),
+                received: 0,
+                done: None,
+                readers: Vec::new(),
+                keep_all: true,
+            }),
+            progress: watch::channel(0).0,
+            drained: watch::channel(0).0,
+        })
+    }
+
+    /// Add a reader. It starts at byte 0 while the body is kept whole; after
+    /// that only a stream of unknown length (live) can be joined, at the
+    /// oldest byte still held. `None`: this fetch cannot serve a new client.
+    pub fn join(self: &Arc<Self>) -> Option<FetchReader> {
+        let mut st = self.inner.lock();
+        let pos = match st.chunks.front() {
+            _ if st.keep_all => 0,
+            Some((start, _)) => {
+                let unknown_len = matches!(&st.head, Some(Ok(h)) if h.content_length.is_none());
+                if !unknown_len || st.done.is_some() {
+                    return None;
+                }
+                *start
+            }
+            None => return None,
+        };
+        let slot = match st.readers.iter().position(Option::is_none) {
+            Some(i) => {
+                st.readers[i] = Some(pos);
+                i
+            }
+            None => {
+                st.readers.push(Some(pos));
+                st.readers.len() - 1
+            }
+        };
+        Some(FetchReader {
+            fetch: self.clone(),
+            slot,
+            pos,
+            rx: self.progress.subscribe(),
+        })
+    }
+
+    pub fn set_head(&self, head: Result<Arc<FetchedHead>, FetchError>) {
+        self.inner.lock().head = Some(head);
+        self.progress.send_modify(|v| *v += 1);
+    }
+
+    pub fn head(&self) -> Option<Result<Arc<FetchedHead>, FetchError>> {
+        self.inner.lock().head.clone()
+    }
+
+    /// Append a chunk. Returns false when nobody wants the rest: no reader
+    /// is left and the body is no longer being kept for the cache.
+    pub async fn push(&self, chunk: Bytes) -> bool {
+        let mut rx = self.drained.subscribe();
+        {
+            let mut st = self.inner.lock();
+            let at = st.received;
+            st.received += chunk.len() as u64;
+            st.chunks.push_back((at, chunk));
+            if st.keep_all && st.received > self.max_keep {
+                st.keep_all = false;
+            }
+            trim(&mut st);
+        }
+        self.progress.send_modify(|v| *v += 1);
+        loop {
+            rx.borrow_and_update();
+            {
+                let mut st = self.inner.lock();
+                if st.keep_all {
+                    return true;
+                }
+                trim(&mut st);
+                let Some(slowest) = st.readers.iter().flatten().min().copied() else {
+                    return false;
+                };
+                if st.received - slowest <= self.window {
+                    return true;
+                }
+            }
+            if rx.changed().await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Mark the body complete or failed.
+    pub fn finish(&self, result: Result<(), FetchError>) {
+        {
+            let mut st = self.inner.lock();
+            if st.head.is_none() {
+                if let Err(e) = &result {
+                    st.head = Some(Err(e.clone()));
+                }
+            }
+            st.done = Some(result);
+        }
+        self.progress.send_modify(|v| *v += 1);
+    }
+
+    /// The whole body, if it completed and was kept whole.
+    pub fn complete_body(&self) -> Option<Bytes> {
+        let st = self.inner.lock();
+        if !st.keep_all || !matches!(st.done, Some(Ok(()))) {
+            return None;
+        }
+        match st.chunks.len() {
+            0 => Some(Bytes::new()),
+            1 => Some(st.chunks[0].1.clone()),
+            _ => {
+                let mut b = BytesMut::with_capacity(st.received as usize);
+                for (_, c) in &st.chunks {
+                    b.extend_from_slice(c);
+                }
+                Some(b.freeze())
+            }
+        }
+    }
+
+    /// (bytes received, expected length if known, readers).
+    pub fn progress(&self) -> (u64, Option<u64>, usize) {
+        let st = self.inner.lock();
+        let len = match &st.head {
+            Some(Ok(h)) => h.content_length,
+            _ => None,
+        };
+        (st.received, len, st.readers.iter().flatten().count())
+    }
+}
+
+/// Drop the chunks every reader has passed, unless the body is kept whole.
+fn trim(st: &mut Inner) {
+    if st.keep_all {
+        return;
+    }
+    let slowest = st
+        .readers
+        .iter()
+        .flatten()
+        .min()
+        .copied()
+        .unwrap_or(st.received);
+    while let Some((start, c)) = st.chunks.front() {
+        if start + c.len() as u64 <= slowest {
+            st.chunks.pop_front();
+        } else {
+            break;
+        }
+    }
+}
+
+/// One client's cursor into a fetch.
+#[derive(Debug)]
+pub struct FetchReader {
+    fetch: Arc<Fetch>,
+    slot: usize,
+    pos: u64,
+    rx: watch::Receiver<u64>,
+}
+
+impl FetchReader {
+    pub fn fetch(&self) -> &Arc<Fetch> {
+        &self.fetch
+    }
+
+    /// Wait for the response head.
+    pub async fn head(&mut self) -> Result<Arc<FetchedHead>, FetchError> {
+        loop {
+            self.rx.borrow_and_update();
+            if let Some(h) = self.fetch.head() {
+                return h;
+            }
+            if self.rx.changed().await.is_err() {
+                return Err(FetchError {
+                    status: 502,
+                    message: "upstream fetch vanished".into(),
+                });
+            }
+        }
+    }
+
+    /// The next bytes of the body, `Ok(None)` at its end.
+    pub async fn next(&mut self) -> Result<Option<Bytes>, FetchError> {
+        loop {
+            self.rx.borrow_and_update();
+            {
+                let mut st = self.fetch.inner.lock();
+                if self.pos < st.received {
+                    let pos = self.pos;
+                    let i = st
+                        .chunks
+                        .partition_point(|(start, c)| start + c.len() as u64 <= pos);
+                    let Some((start, c)) = st.chunks.get(i) else {
+                        return Err(FetchError {
+                            status: 502,
+                            message: "stream data no longer held".into(),
+                        });
+                    };
+                    let out = c.slice((pos - start) as usize..);
+                    self.pos += out.len() as u64;
+                    st.readers[self.slot] = Some(self.pos);
+                    let notify = !st.keep_all;
+                    drop(st);
+                    if notify {
+                        self.fetch.drained.send_modify(|v| *v += 1);
+                    }
+                    return Ok(Some(out));
+                }
+                match &st.done {
+                    Some(Ok(())) => return Ok(None),
+                    Some(Err(e)) => return Err(e.clone()),
+                    None => {}
+                }
+            }
+            if self.rx.changed().await.is_err() {
+                return Err(FetchError {
+                    status: 502,
+                    message: "upstream fetch vanished".into(),
+                });
+            }
+        }
+    }
+}
+
+impl Drop for FetchReader {
+    fn drop(&mut self) {
+        if let Some(r) = self.fetch.inner.lock().readers.get_mut(self.slot) {
+            *r = None;
+        }
+        self.fetch.drained.send_modify(|v| *v += 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(len: Option<u64>) -> Arc<FetchedHead> {
+        Arc::new(FetchedHead {
+            status: 200,
+            headers: Headers::new(),
+            content_length: len,
+            freshness: Freshness::default(),
+            vary: Some(vec![]),
+            response_time: 0,
+            initial_age: 0,
+            refreshed: None,
+        })
+    }
+
+    fn fetch(max_keep: u64, window: u64) -> Arc<Fetch> {
+        Fetch::new(
+            Bytes::from_static(b"/k"),
+            Headers::new(),
+            Arc::default(),
+            max_keep,
+            window,
+        )
+    }
+
+    async fn read_all(mut r: FetchReader) -> Result<Vec<u8>, FetchError> {
+        let mut out = Vec::new();
+        while let Some(b) = r.next().await? {
+            out.extend_from_slice(&b);
+        }
+        Ok(out)
+    }
+
+    #[tokio::test]
+    async fn every_reader_gets_every_byte_as_it_arrives() {
+        let f = fetch(1 << 20, 1 << 20);
+        let readers: Vec<_> = (0..5).map(|_| f.join().unwrap()).collect();
+        let tasks: Vec<_> = readers
+            .into_iter()
+            .map(|r| tokio::spawn(read_all(r)))
+            .collect();
+        f.set_head(Ok(head(None)));
+        for i in 0..100u8 {
+            assert!(f.push(Bytes::from(vec![i; 10])).await);
+            tokio::task::yield_now().await;
+        }
+        // A late joiner still gets everything while the body is kept whole.
+        let late = tokio::spawn(read_all(f.join().unwrap()));
+        f.finish(Ok(()));
+        for t in tasks {
+            assert_eq!(t.await.unwrap().unwrap().len(), 1000);
+        }
+        assert_eq!(late.await.unwrap().unwrap().len(), 1000);
+        assert_eq!(f.complete_body().unwrap().len(), 1000);
+    }
+
+    #[tokio::test]
+    async fn large_bodies_are_bounded_by_the_window() {
+        let f = fetch(100, 300);
+        let mut slow = f.join().unwrap();
+        f.set_head(Ok(head(Some(10_000))));
+        let writer = {
+            let f = f.clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    if !f.push(Bytes::from(vec![1u8; 100])).await {
+                        return false;
+                    }
+                }
+                f.finish(Ok(()));
+                true
+            })
+        };
+        let mut got = 0;
+        while let Some(b) = slow.next().await.unwrap() {
+            got += b.len();
+            let held: u64 = f
+                .inner
+                .lock()
+                .chunks
+                .iter()
+                .map(|(_, c)| c.len() as u64)
+                .sum();
+            assert!(held <= 500, "held {held}");
+        }
+        assert_eq!(got, 10_000);
+        assert!(writer.await.unwrap());
+        assert!(f.complete_body().is_none());
+        // A known-length body that lost its start cannot be joined.
+        assert!(f.join().is_none());
+    }
+
+    #[tokio::test]
+    async fn writer_stops_when_all_readers_leave_an_uncacheable_body() {
+        let f = fetch(10, 100);
+        let r = f.join().unwrap();
+        f.set_head(Ok(head(None)));
+        assert!(f.push(Bytes::from(vec![0u8; 50])).await);
+        drop(r);
+        assert!(!f.push(Bytes::from(vec![0u8; 50])).await);
+    }
+
+    #[tokio::test]
+    async fn failure_reaches_readers() {
+        let f = fetch(1000, 1000);
+        let r = f.join().unwrap();
+        f.set_head(Ok(head(Some(100))));
+        f.push(Bytes::from_static(b"abc")).await;
+        f.finish(Err(FetchError {
+            status: 502,
+            message: "reset".into(),
+        }));
+        assert!(read_all(r).await.is_err());
+        assert!(f.complete_body().is_none());
+    }
+}

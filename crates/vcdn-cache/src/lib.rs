@@ -1,0 +1,146 @@
+//! vcdn's edge cache node.
+//!
+//! What the MiniCache paper asks of a cache for elastic CDNs, as a Linux
+//! process: it starts in milliseconds and idles in a few megabytes, serves
+//! HTTP/1.1 from a hash-addressed object store with per-object statistics,
+//! fetches a missing object once from its upstream (origin or parent cache)
+//! and clones the stream to every client waiting for it, and obeys an
+//! operator's control API.
+//!
+//! - `http` parsing lives in the `vcdn-http` crate;
+//! - [`policy`]: RFC 9111 / 5861 / 9213 rules, pure;
+//! - [`store`]: memory LRU tier and disk tier, by [`key::ObjectId`];
+//! - [`fetch`]: coalesced upstream fetches with stream cloning;
+//! - [`upstream`]: pooled client to the origin or parent;
+//! - [`proxy`]: what to answer to a request;
+//! - [`server`]: threads, listeners and the connection loop;
+//! - [`admin`] and [`ctl`]: the control API and its client.
+
+pub mod admin;
+pub mod config;
+pub mod ctl;
+pub mod fetch;
+pub mod key;
+pub mod metrics;
+pub mod object;
+pub mod policy;
+pub mod proxy;
+pub mod server;
+pub mod store;
+pub mod upstream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use config::CacheConfig;
+pub use proxy::Cache;
+
+/// A started cache: where it listens, and its shared state.
+pub struct Running {
+    pub listen: SocketAddr,
+    pub admin: Option<SocketAddr>,
+    pub cache: Arc<Cache>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Block until the serving threads end (they do not, short of a panic).
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Bind the sockets and start the serving threads. Returns once the cache
+/// accepts connections (the listen sockets exist before this returns).
+pub fn start(cfg: CacheConfig) -> Result<Running, String> {
+    let cache = Arc::new(Cache::new(cfg)?);
+    let cfg = &cache.cfg;
+    let threads = match cfg.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let first = server::bind_reuseport(cfg.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+    let listen = first.local_addr().map_err(|e| e.to_string())?;
+    let mut listeners = vec![first];
+    for _ in 1..threads {
+        listeners.push(
+            server::bind_reuseport(listen)
+                .map_err(|e| format!("cannot listen on {listen}: {e}"))?,
+        );
+    }
+    let admin = match cfg.admin {
+        Some(a) => {
+            let l = std::net::TcpListener::bind(a)
+                .map_err(|e| format!("cannot listen on admin address {a}: {e}"))?;
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            Some(l)
+        }
+        None => None,
+    };
+    let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());
+    let mut handles = Vec::new();
+    let mut admin = admin;
+    for (i, l) in listeners.into_iter().enumerate() {
+        let cache = cache.clone();
+        let admin = if i == 0 { admin.take() } else { None };
+        let h = std::thread::Builder::new()
+            .name(format!("vcdn-cache-{i}"))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start runtime");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    if i == 0 {
+                        if let Some(a) = admin {
+                            match tokio::net::TcpListener::from_std(a) {
+                                Ok(a) => {
+                                    tokio::spawn(vcdn_http::serve::serve(
+                                        a,
+                                        vcdn_http::serve::ServeConfig::default(),
+                                        admin::handler(cache.clone()),
+                                    ));
+                                }
+                                Err(e) => tracing::error!(error = %e, "admin listener"),
+                            }
+                        }
+                        if cache.store.disk().is_some() {
+                            let c = cache.clone();
+                            tokio::task::spawn_blocking(move || {
+                                if let Some(r) = c.store.rebuild_disk() {
+                                    tracing::info!(
+                                        objects = r.objects,
+                                        bytes = r.bytes,
+                                        dropped = r.dropped,
+                                        millis = r.millis,
+                                        "disk index rebuilt"
+                                    );
+                                }
+                            });
+                        }
+                    }
+                    match tokio::net::TcpListener::from_std(l) {
+                        Ok(l) => server::accept_loop(cache, l).await,
+                        Err(e) => tracing::error!(error = %e, "listener"),
+                    }
+                });
+            })
+            .map_err(|e| format!("cannot start thread: {e}"))?;
+        handles.push(h);
+    }
+    Ok(Running {
+        listen,
+        admin: admin_addr,
+        cache,
+        threads: handles,
+    })
+}

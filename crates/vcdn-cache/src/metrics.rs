@@ -1,0 +1,189 @@
+//! Counters of the cache, rendered in the Prometheus text format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How a request was answered; sent to clients in `X-Cache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Served from the store, fresh.
+    Hit,
+    /// Not in the store: this request started the upstream fetch.
+    Miss,
+    /// Not in the store: joined a fetch another request had started, and
+    /// got its bytes as they arrived (stream cloning).
+    Coalesced,
+    /// Served stale: while revalidating in the background
+    /// (stale-while-revalidate) or because the upstream failed
+    /// (stale-if-error).
+    Stale,
+    /// Stored copy was stale, upstream confirmed it (304), served it.
+    Revalidated,
+    /// Stored copy was stale and upstream sent a new one.
+    Refresh,
+    /// Not cacheable (unsafe method, private or no-store response, ...):
+    /// forwarded as is.
+    Pass,
+    /// Answered by the cache itself with an error.
+    Error,
+}
+
+impl CacheStatus {
+    pub const ALL: [CacheStatus; 8] = [
+        CacheStatus::Hit,
+        CacheStatus::Miss,
+        CacheStatus::Coalesced,
+        CacheStatus::Stale,
+        CacheStatus::Revalidated,
+        CacheStatus::Refresh,
+        CacheStatus::Pass,
+        CacheStatus::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "HIT",
+            CacheStatus::Miss => "MISS",
+            CacheStatus::Coalesced => "COALESCED",
+            CacheStatus::Stale => "STALE",
+            CacheStatus::Revalidated => "REVALIDATED",
+            CacheStatus::Refresh => "REFRESH",
+            CacheStatus::Pass => "PASS",
+            CacheStatus::Error => "ERROR",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub requests: [AtomicU64; 8],
+    /// Responses by status class 1xx..5xx (index 1..=5).
+    pub responses: [AtomicU64; 6],
+    pub body_bytes_sent: AtomicU64,
+    pub connections_open: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub connections_refused: AtomicU64,
+    pub bad_requests: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub upstream_requests: AtomicU64,
+    pub upstream_errors: AtomicU64,
+    pub upstream_bytes: AtomicU64,
+    pub upstream_retries: AtomicU64,
+    pub evictions: AtomicU64,
+    pub purged: AtomicU64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Metrics {
+    pub fn request(&self, s: CacheStatus) {
+        inc(&self.requests[s.index()]);
+    }
+
+    pub fn response(&self, status: u16, body: u64) {
+        inc(&self.responses[(status / 100).min(5) as usize]);
+        self.body_bytes_sent.fetch_add(body, Ordering::Relaxed);
+    }
+
+    pub fn count(&self, s: CacheStatus) -> u64 {
+        self.requests[s.index()].load(Ordering::Relaxed)
+    }
+
+    /// Render with the store and fetch gauges given by the caller.
+    pub fn render(&self, gauges: &[(&str, &str, u64)]) -> String {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut o = String::with_capacity(4096);
+        o.push_str("# HELP vcdn_cache_requests_total Requests by how the cache answered them (X-Cache).\n# TYPE vcdn_cache_requests_total counter\n");
+        for s in CacheStatus::ALL {
+            let _ = writeln!(
+                o,
+                "vcdn_cache_requests_total{{result=\"{}\"}} {}",
+                s.as_str(),
+                self.count(s)
+            );
+        }
+        o.push_str("# HELP vcdn_cache_responses_total Responses by status class.\n# TYPE vcdn_cache_responses_total counter\n");
+        for (i, c) in self.responses.iter().enumerate().skip(1) {
+            let _ = writeln!(o, "vcdn_cache_responses_total{{class=\"{i}xx\"}} {}", g(c));
+        }
+        let counters: [(&str, &str, &AtomicU64); 11] = [
+            (
+                "vcdn_cache_body_bytes_sent_total",
+                "Body bytes sent to clients.",
+                &self.body_bytes_sent,
+            ),
+            (
+                "vcdn_cache_connections_total",
+                "Client connections accepted.",
+                &self.connections_total,
+            ),
+            (
+                "vcdn_cache_connections_refused_total",
+                "Client connections closed at once because max_connections was reached.",
+                &self.connections_refused,
+            ),
+            (
+                "vcdn_cache_bad_requests_total",
+                "Requests rejected by the parser (400, 414, 431, 501, 505).",
+                &self.bad_requests,
+            ),
+            (
+                "vcdn_cache_client_timeouts_total",
+                "Clients too slow to send a request (408) or to read a response.",
+                &self.timeouts,
+            ),
+            (
+                "vcdn_cache_upstream_requests_total",
+                "Requests sent upstream.",
+                &self.upstream_requests,
+            ),
+            (
+                "vcdn_cache_upstream_errors_total",
+                "Upstream requests that failed (connect, timeout, invalid or cut response).",
+                &self.upstream_errors,
+            ),
+            (
+                "vcdn_cache_upstream_bytes_total",
+                "Body bytes received from upstream.",
+                &self.upstream_bytes,
+            ),
+            (
+                "vcdn_cache_upstream_retries_total",
+                "Idempotent requests retried on a failed upstream connection.",
+                &self.upstream_retries,
+            ),
+            (
+                "vcdn_cache_evictions_total",
+                "Objects evicted from the memory tier.",
+                &self.evictions,
+            ),
+            (
+                "vcdn_cache_purged_objects_total",
+                "Objects removed by purge or invalidation.",
+                &self.purged,
+            ),
+        ];
+        for (name, help, c) in counters {
+            let _ = writeln!(
+                o,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                g(c)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "# HELP vcdn_cache_connections_open Client connections open now.\n# TYPE vcdn_cache_connections_open gauge\nvcdn_cache_connections_open {}",
+            g(&self.connections_open)
+        );
+        for (name, help, v) in gauges {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        o
+    }
+}

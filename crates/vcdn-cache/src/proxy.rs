@@ -1,0 +1,928 @@
+//! What the cache answers to one request: hit, miss, coalesced, stale,
+//! revalidated or pass, as described in the crate doc. The connection loop
+//! in `server` parses requests and writes the [`Reply`] this returns.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use vcdn_http::header::is_hop_by_hop;
+use vcdn_http::{date, reason, Headers, Method, RequestHead};
+
+use crate::config::CacheConfig;
+use crate::fetch::{Fetch, FetchError, FetchReader, FetchedHead};
+use crate::key::{variant_key, vary_names, ObjectId};
+use crate::metrics::{CacheStatus, Metrics};
+use crate::object::{CachedObject, ObjectParts, ObjectStats};
+use crate::policy::{self, PolicyConfig, RangeAnswer, Usable};
+use crate::store::Store;
+use crate::upstream::{Upstream, UpstreamConfig, UpstreamRequest};
+
+/// The body of a reply.
+pub enum ReplyBody {
+    Empty,
+    Full(Bytes),
+    /// Bytes cloned from an upstream fetch as they arrive: skip `skip`
+    /// bytes, then send at most `take` (ranges), chunk-encoded or not.
+    Stream {
+        reader: FetchReader,
+        skip: u64,
+        take: Option<u64>,
+        chunked: bool,
+    },
+}
+
+/// A response ready to be written: the serialised head and the body.
+pub struct Reply {
+    pub status: u16,
+    pub head: Vec<u8>,
+    pub body: ReplyBody,
+    /// The connection must close after this reply (close-delimited body, or
+    /// an error after which the request stream cannot be trusted).
+    pub close: bool,
+    /// Count the body bytes sent against this object's statistics.
+    pub stats: Option<Arc<ObjectStats>>,
+}
+
+/// The shared state of one cache instance.
+pub struct Cache {
+    pub cfg: CacheConfig,
+    pub store: Store,
+    pub upstream: Upstream,
+    pub metrics: Metrics,
+    pub policy: PolicyConfig,
+    /// Fetches in flight, by primary id: requests for the same object join
+    /// them instead of asking upstream again.
+    inflight: Mutex<HashMap<ObjectId, Arc<Fetch>>>,
+    /// "1.1 <name>", appended to Via, and how loops are recognised.
+    via: String,
+    pub started: std::time::Instant,
+}
+
+/// Per-request facts the reply builder needs.
+struct Ctx<'a> {
+    req: &'a RequestHead,
+    head_only: bool,
+    keep_alive: bool,
+}
+
+impl Cache {
+    pub fn new(cfg: CacheConfig) -> Result<Cache, String> {
+        cfg.validate().map_err(|e| e.to_string())?;
+        let store = Store::new(
+            cfg.memory as usize,
+            cfg.disk.as_deref().map(|d| (d, cfg.disk_size)),
+        )
+        .map_err(|e| format!("cannot open disk tier: {e}"))?;
+        let upstream = Upstream::new(UpstreamConfig {
+            url: cfg.upstream.clone(),
+            connect_timeout: std::time::Duration::from_millis(cfg.upstream_connect_timeout_ms),
+            read_timeout: std::time::Duration::from_millis(cfg.upstream_read_timeout_ms),
+            max_idle: cfg.upstream_max_idle,
+        })
+        .map_err(|e| e.to_string())?;
+        let policy = PolicyConfig {
+            targeted_fields: cfg
+                .targeted_fields
+                .iter()
+                .map(|f| Bytes::from(f.to_ascii_lowercase()))
+                .collect(),
+            heuristic_fraction: cfg.heuristic_fraction,
+            heuristic_max: cfg.heuristic_max_s,
+            honor_client_no_cache: cfg.honor_client_no_cache,
+        };
+        let suffix = xxhash_rust::xxh3::xxh3_64(
+            format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes(),
+        ) & 0xff_ffff;
+        Ok(Cache {
+            via: format!("1.1 {}-{suffix:06x}", cfg.via),
+            cfg,
+            store,
+            upstream,
+            metrics: Metrics::default(),
+            policy,
+            inflight: Mutex::new(HashMap::new()),
+            started: std::time::Instant::now(),
+        })
+    }
+
+    pub fn via(&self) -> &str {
+        &self.via
+    }
+
+    /// Fetches in flight: (key, bytes received, expected length, readers).
+    pub fn inflight(&self) -> Vec<(Bytes, u64, Option<u64>, usize)> {
+        self.inflight
+            .lock()
+            .values()
+            .map(|f| {
+                let (got, len, readers) = f.progress();
+                (f.key.clone(), got, len, readers)
+            })
+            .collect()
+    }
+
+    /// Answer one request. `body` is the complete request body.
+    pub async fn handle(self: &Arc<Self>, req: &RequestHead, body: Bytes, peer: IpAddr) -> Reply {
+        let ctx = Ctx {
+            req,
+            head_only: req.method == Method::Head,
+            keep_alive: req.keep_alive,
+        };
+        if req
+            .headers
+            .get_all(b"via")
+            .any(|v| contains(v, self.via.as_bytes()))
+        {
+            return self.error(
+                &ctx,
+                508,
+                "this request has already passed through this cache (forwarding loop)",
+            );
+        }
+        match req.method {
+            Method::Get | Method::Head => self.lookup(&ctx, peer).await,
+            _ => self.pass(&ctx, body, peer).await,
+        }
+    }
+
+    async fn lookup(self: &Arc<Self>, ctx: &Ctx<'_>, peer: IpAddr) -> Reply {
+        let req = ctx.req;
+        let primary = req.target.slice_ref(req.path_and_query());
+        let (id, key) = self.store.resolve(&primary, &req.headers);
+        let mut found = self.store.get_memory(id, &key);
+        if found.is_none() && self.store.on_disk(id) {
+            let cache = self.clone();
+            let k = key.clone();
+            found = tokio::task::spawn_blocking(move || cache.store.load_disk(id, &k))
+                .await
+                .ok()
+                .flatten();
+        }
+        let now = date::unix_now();
+        if let Some(o) = found {
+            match policy::usable(&o.freshness, o.age(now), &req.headers, &self.policy) {
+                Usable::Fresh => return self.object_reply(ctx, &o, CacheStatus::Hit, now),
+                Usable::StaleWhileRevalidate => {
+                    self.background_revalidate(&o, &primary, req, peer);
+                    return self.object_reply(ctx, &o, CacheStatus::Stale, now);
+                }
+                Usable::Revalidate { stale_if_error } => {
+                    return self.revalidate(ctx, o, primary, peer, stale_if_error).await
+                }
+            }
+        }
+        if policy::parse_directives(req.headers.get_all(b"cache-control")).only_if_cached {
+            return self.error(ctx, 504, "not in cache and the request says only-if-cached");
+        }
+        let (reader, leader) = self.join_or_fetch(&primary, req, peer, None);
+        self.stream_reply(ctx, reader, leader, None, peer).await
+    }
+
+    /// Join the fetch in flight for this primary key, or start one.
+    fn join_or_fetch(
+        self: &Arc<Self>,
+        primary: &Bytes,
+        req: &RequestHead,
+        peer: IpAddr,
+        conditional: Option<Arc<CachedObject>>,
+    ) -> (FetchReader, bool) {
+        let pid = ObjectId::of(primary);
+        let mut map = self.inflight.lock();
+        if let Some(reader) = map.get(&pid).and_then(|f| f.join()) {
+            return (reader, false);
+        }
+        let stats = conditional
+            .as_ref()
+            .map(|o| o.stats.clone())
+            .unwrap_or_default();
+        let fetch = Fetch::new(
+            primary.clone(),
+            req.headers.clone(),
+            stats,
+            self.store.max_object(),
+            self.cfg.stream_window,
+        );
+        map.insert(pid, fetch.clone());
+        drop(map);
+        let reader = fetch.join().expect("a new fetch can be joined");
+        let plan = self.fill_plan(req, peer, conditional);
+        tokio::spawn(self.clone().run_fetch(fetch, plan, true));
+        (reader, true)
+    }
+
+    /// A fetch of our own, not shared (Vary mismatch, or a response that
+    /// turned out not to be shareable).
+    fn private_fetch(self: &Arc<Self>, req: &RequestHead, peer: IpAddr) -> FetchReader {
+        let primary = req.target.slice_ref(req.path_and_query());
+        let fetch = Fetch::new(
+            primary,
+            req.headers.clone(),
+            Arc::default(),
+            self.store.max_object(),
+            self.cfg.stream_window,
+        );
+        let reader = fetch.join().expect("a new fetch can be joined");
+        let plan = self.fill_plan(req, peer, None);
+        tokio::spawn(self.clone().run_fetch(fetch, plan, false));
+        reader
+    }
+
+    fn background_revalidate(
+        self: &Arc<Self>,
+        o: &Arc<CachedObject>,
+        primary: &Bytes,
+        req: &RequestHead,
+        peer: IpAddr,
+    ) {
+        let pid = ObjectId::of(primary);
+        if self.inflight.lock().contains_key(&pid) {
+            return;
+        }
+        // The reader is dropped at once: the fetch still completes and
+        // stores its result, since its body is kept for the cache.
+        let _ = self.join_or_fetch(primary, req, peer, Some(o.clone()));
+    }
+
+    async fn revalidate(
+        self: &Arc<Self>,
+        ctx: &Ctx<'_>,
+        stale: Arc<CachedObject>,
+        primary: Bytes,
+        peer: IpAddr,
+        stale_if_error: bool,
+    ) -> Reply {
+        let (mut reader, leader) = self.join_or_fetch(&primary, ctx.req, peer, Some(stale.clone()));
+        let now = date::unix_now();
+        match reader.head().await {
+            Ok(h) => {
+                if let Some(fresh) = &h.refreshed {
+                    return self.object_reply(ctx, fresh, CacheStatus::Revalidated, now);
+                }
+                if h.status >= 500 && stale_if_error {
+                    return self.object_reply(ctx, &stale, CacheStatus::Stale, now);
+                }
+                self.stream_reply(ctx, reader, leader, Some(CacheStatus::Refresh), peer)
+                    .await
+            }
+            Err(_) if stale_if_error => self.object_reply(ctx, &stale, CacheStatus::Stale, now),
+            Err(e) => self.error(ctx, e.status, &e.message),
+        }
+    }
+
+    /// Forward a request that the cache cannot answer (unsafe methods), then
+    /// invalidate what it may have changed (RFC 9111 §4.4).
+    async fn pass(self: &Arc<Self>, ctx: &Ctx<'_>, body: Bytes, peer: IpAddr) -> Reply {
+        let req = ctx.req;
+        let primary = req.target.slice_ref(req.path_and_query());
+        let fetch = Fetch::new(
+            primary.clone(),
+            req.headers.clone(),
+            Arc::default(),
+            0,
+            self.cfg.stream_window,
+        );
+        let mut reader = fetch.join().expect("a new fetch can be joined");
+        let plan = FetchPlan {
+            method: req.method_raw.clone(),
+            path: primary.clone(),
+            headers: self.forward_headers(req, peer, false),
+            body,
+            idempotent: req.method.is_idempotent(),
+            store: false,
+            conditional: None,
+        };
+        tokio::spawn(self.clone().run_fetch(fetch, plan, false));
+        if let Ok(h) = reader.head().await {
+            if !req.method.is_safe() && (200..400).contains(&h.status) {
+                let mut n = self.store.purge_key(&primary);
+                for field in [&b"location"[..], b"content-location"] {
+                    if let Some(p) = h.headers.get(field).and_then(|v| same_origin_path(v)) {
+                        n += self.store.purge_key(p);
+                    }
+                }
+                self.metrics.purged.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+        self.stream_reply(ctx, reader, false, Some(CacheStatus::Pass), peer)
+            .await
+    }
+
+    /// Reply with a body cloned from a fetch.
+    async fn stream_reply(
+        self: &Arc<Self>,
+        ctx: &Ctx<'_>,
+        mut reader: FetchReader,
+        leader: bool,
+        status_override: Option<CacheStatus>,
+        peer: IpAddr,
+    ) -> Reply {
+        let h = match reader.head().await {
+            Ok(h) => h,
+            Err(e) => return self.error(ctx, e.status, &e.message),
+        };
+        let fetch = reader.fetch().clone();
+        if let Some(fresh) = &h.refreshed {
+            // A revalidation we joined without holding the stale copy.
+            return self.object_reply(ctx, fresh, CacheStatus::Revalidated, date::unix_now());
+        }
+        let shared_ok = status_override == Some(CacheStatus::Pass)
+            || leader
+            || (h.freshness.storable
+                && h.vary.as_ref().is_some_and(|names| {
+                    names.is_empty()
+                        || variant_key(&fetch.key, names, &ctx.req.headers)
+                            == variant_key(&fetch.key, names, &fetch.leader_headers)
+                }));
+        if !shared_ok {
+            // Not ours to share: ask upstream for this client alone.
+            drop(reader);
+            reader = self.private_fetch(ctx.req, peer);
+            return Box::pin(self.stream_reply(ctx, reader, true, Some(CacheStatus::Pass), peer))
+                .await;
+        }
+        let status = status_override.unwrap_or(if leader {
+            CacheStatus::Miss
+        } else {
+            CacheStatus::Coalesced
+        });
+        if status == CacheStatus::Miss || status == CacheStatus::Coalesced {
+            fetch.stats.miss(date::unix_now());
+        }
+        let stats = Some(fetch.stats.clone());
+        self.metrics.request(status);
+
+        // A conditional or range request is answered from the fetched head.
+        let mut code = h.status;
+        let mut skip = 0;
+        let mut take = None;
+        let mut extra = String::new();
+        if h.status == 200 && status != CacheStatus::Pass {
+            if policy::not_modified(&ctx.req.headers, &h.headers) {
+                return self.not_modified(ctx, &h.headers, h.initial_age, status, stats);
+            }
+            if let Some(len) = h.content_length {
+                match policy::resolve_range(&ctx.req.headers, &h.headers, len) {
+                    RangeAnswer::Full => {}
+                    RangeAnswer::Partial { start, end } => {
+                        code = 206;
+                        skip = start;
+                        take = Some(end - start + 1);
+                        extra = format!("Content-Range: bytes {start}-{end}/{len}\r\n");
+                    }
+                    RangeAnswer::Unsatisfiable => {
+                        return self.range_not_satisfiable(ctx, len, status);
+                    }
+                }
+            }
+        }
+        let no_body = ctx.head_only || code == 204 || code == 304 || code < 200;
+        let length = take.or(h.content_length);
+        let mut head = status_line(code);
+        h.headers.write_to(&mut head);
+        push_field(&mut head, "Age", h.initial_age);
+        push_field(&mut head, "X-Cache", status.as_str());
+        head.extend_from_slice(extra.as_bytes());
+        let (chunked, close) = match length {
+            Some(n) => {
+                if code != 204 && code != 304 && code >= 200 {
+                    push_field(&mut head, "Content-Length", n);
+                }
+                (false, !ctx.keep_alive)
+            }
+            None if no_body => (false, !ctx.keep_alive),
+            None if ctx.req.minor_version >= 1 => {
+                head.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+                (true, !ctx.keep_alive)
+            }
+            // An HTTP/1.0 client learns the end from the connection closing.
+            None => (false, true),
+        };
+        finish_head(&mut head, close);
+        self.metrics.response(code, 0);
+        Reply {
+            status: code,
+            head,
+            body: if no_body {
+                ReplyBody::Empty
+            } else {
+                ReplyBody::Stream {
+                    reader,
+                    skip,
+                    take,
+                    chunked,
+                }
+            },
+            close,
+            stats,
+        }
+    }
+
+    /// Reply with a stored object.
+    fn object_reply(
+        &self,
+        ctx: &Ctx<'_>,
+        o: &CachedObject,
+        status: CacheStatus,
+        now: u64,
+    ) -> Reply {
+        self.metrics.request(status);
+        if status == CacheStatus::Hit || status == CacheStatus::Stale {
+            o.stats.hit(now);
+        }
+        let stats = Some(o.stats.clone());
+        let age = o.age(now);
+        if o.status == 200 && policy::not_modified(&ctx.req.headers, &o.headers) {
+            return self.not_modified(ctx, &o.headers, age, status, stats);
+        }
+        let len = o.body.len() as u64;
+        let mut range = None;
+        let (code, body) = if o.status == 200 {
+            match policy::resolve_range(&ctx.req.headers, &o.headers, len) {
+                RangeAnswer::Full => (200, o.body.clone()),
+                RangeAnswer::Partial { start, end } => {
+                    range = Some((start, end));
+                    (206, o.body.slice(start as usize..=end as usize))
+                }
+                RangeAnswer::Unsatisfiable => return self.range_not_satisfiable(ctx, len, status),
+            }
+        } else {
+            (o.status, o.body.clone())
+        };
+        let mut head = Vec::with_capacity(o.head_block.len() + 128);
+        if code == 200 {
+            head.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        } else {
+            head = status_line(code);
+        }
+        head.extend_from_slice(&o.head_block);
+        push_field(&mut head, "Age", age);
+        push_field(&mut head, "X-Cache", status.as_str());
+        if let Some((start, end)) = range {
+            push_field(
+                &mut head,
+                "Content-Range",
+                format!("bytes {start}-{end}/{len}"),
+            );
+        }
+        if code != 204 && code != 304 {
+            push_field(&mut head, "Content-Length", body.len());
+        }
+        let close = !ctx.keep_alive;
+        finish_head(&mut head, close);
+        let sent = if ctx.head_only { 0 } else { body.len() as u64 };
+        self.metrics.response(code, sent);
+        Reply {
+            status: code,
+            head,
+            body: if ctx.head_only || code == 204 || code == 304 {
+                ReplyBody::Empty
+            } else {
+                ReplyBody::Full(body)
+            },
+            close,
+            stats,
+        }
+    }
+
+    fn not_modified(
+        &self,
+        ctx: &Ctx<'_>,
+        stored: &Headers,
+        age: u64,
+        status: CacheStatus,
+        stats: Option<Arc<ObjectStats>>,
+    ) -> Reply {
+        let mut head = status_line(304);
+        // RFC 9110 §15.4.5: the fields a 200 would have carried that
+        // describe the representation's validators and caching.
+        for name in [
+            &b"cache-control"[..],
+            b"cdn-cache-control",
+            b"content-location",
+            b"date",
+            b"etag",
+            b"expires",
+            b"last-modified",
+            b"vary",
+            b"via",
+        ] {
+            for v in stored.get_all(name) {
+                head.extend_from_slice(name);
+                head.extend_from_slice(b": ");
+                head.extend_from_slice(v);
+                head.extend_from_slice(b"\r\n");
+            }
+        }
+        push_field(&mut head, "Age", age);
+        push_field(&mut head, "X-Cache", status.as_str());
+        finish_head(&mut head, !ctx.keep_alive);
+        self.metrics.response(304, 0);
+        Reply {
+            status: 304,
+            head,
+            body: ReplyBody::Empty,
+            close: !ctx.keep_alive,
+            stats,
+        }
+    }
+
+    fn range_not_satisfiable(&self, ctx: &Ctx<'_>, len: u64, status: CacheStatus) -> Reply {
+        let body = Bytes::from(format!(
+            "416 Range Not Satisfiable: the object has {len} bytes\n"
+        ));
+        let mut head = status_line(416);
+        push_field(&mut head, "Content-Range", format!("bytes */{len}"));
+        push_field(&mut head, "Content-Type", "text/plain; charset=utf-8");
+        push_field(&mut head, "X-Cache", status.as_str());
+        push_field(&mut head, "Content-Length", body.len());
+        finish_head(&mut head, !ctx.keep_alive);
+        self.metrics.response(416, 0);
+        Reply {
+            status: 416,
+            head,
+            body: if ctx.head_only {
+                ReplyBody::Empty
+            } else {
+                ReplyBody::Full(body)
+            },
+            close: !ctx.keep_alive,
+            stats: None,
+        }
+    }
+
+    /// An error answered by the cache itself, with a body a person can read.
+    fn error(&self, ctx: &Ctx<'_>, code: u16, message: &str) -> Reply {
+        self.metrics.request(CacheStatus::Error);
+        let mut r = error_reply(code, message, !ctx.keep_alive, ctx.head_only);
+        let mut head = std::mem::take(&mut r.head);
+        // Insert X-Cache before the final CRLF.
+        head.truncate(head.len() - 2);
+        push_field(&mut head, "X-Cache", "ERROR");
+        head.extend_from_slice(b"\r\n");
+        r.head = head;
+        self.metrics.response(code, 0);
+        r
+    }
+
+    fn fill_plan(
+        &self,
+        req: &RequestHead,
+        peer: IpAddr,
+        conditional: Option<Arc<CachedObject>>,
+    ) -> FetchPlan {
+        let mut headers = self.forward_headers(req, peer, true);
+        if let Some(o) = &conditional {
+            if let Some(etag) = o.headers.get(b"etag") {
+                headers.push((Bytes::from_static(b"If-None-Match"), etag.clone()));
+            }
+            if let Some(lm) = o.headers.get(b"last-modified") {
+                headers.push((Bytes::from_static(b"If-Modified-Since"), lm.clone()));
+            }
+        }
+        FetchPlan {
+            method: Bytes::from_static(b"GET"),
+            path: req.target.slice_ref(req.path_and_query()),
+            headers,
+            body: Bytes::new(),
+            idempotent: true,
+            store: true,
+            conditional,
+        }
+    }
+
+    /// The end-to-end fields of a client request to send upstream. A cache
+    /// fill asks for the whole representation, so it drops the client's
+    /// conditionals and ranges (the cache answers those itself).
+    fn forward_headers(&self, req: &RequestHead, peer: IpAddr, fill: bool) -> Vec<(Bytes, Bytes)> {
+        const FILL_DROP: [&[u8]; 6] = [
+            b"if-none-match",
+            b"if-modified-since",
+            b"if-match",
+            b"if-unmodified-since",
+            b"range",
+            b"if-range",
+        ];
+        let mut out = Vec::with_capacity(req.headers.len() + 2);
+        let mut via = None;
+        let mut xff = None;
+        for (n, v) in req.headers.iter() {
+            let skip = is_hop_by_hop(n)
+                || req.headers.has_token(b"connection", n)
+                || [&b"host"[..], b"content-length", b"expect"]
+                    .iter()
+                    .any(|h| n.eq_ignore_ascii_case(h))
+                || (fill && FILL_DROP.iter().any(|h| n.eq_ignore_ascii_case(h)));
+            if n.eq_ignore_ascii_case(b"via") {
+                via = Some(v.clone());
+            } else if n.eq_ignore_ascii_case(b"x-forwarded-for") {
+                xff = Some(v.clone());
+            } else if !skip {
+                out.push((n.clone(), v.clone()));
+            }
+        }
+        let via = match via {
+            Some(v) => format!("{}, {}", String::from_utf8_lossy(&v), self.via),
+            None => self.via.clone(),
+        };
+        out.push((Bytes::from_static(b"Via"), Bytes::from(via)));
+        let xff = match xff {
+            Some(v) => format!("{}, {peer}", String::from_utf8_lossy(&v)),
+            None => peer.to_string(),
+        };
+        out.push((Bytes::from_static(b"X-Forwarded-For"), Bytes::from(xff)));
+        out
+    }
+
+    /// Run one upstream exchange into `fetch`, then store what may be stored.
+    async fn run_fetch(self: Arc<Self>, fetch: Arc<Fetch>, plan: FetchPlan, registered: bool) {
+        self.metrics
+            .upstream_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let request_time = date::unix_now();
+        let req = UpstreamRequest {
+            method: &plan.method,
+            path_and_query: &plan.path,
+            headers: plan.headers.clone(),
+            body: plan.body.clone(),
+            idempotent: plan.idempotent,
+            head_only: plan.method == "HEAD",
+        };
+        let result = self.upstream.send(&req).await;
+        let mut resp = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.metrics.upstream_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(key = %String::from_utf8_lossy(&fetch.key), error = %e, "upstream request failed");
+                fetch.finish(Err(FetchError {
+                    status: e.status(),
+                    message: e.to_string(),
+                }));
+                self.forget(&fetch, registered);
+                return;
+            }
+        };
+        let response_time = date::unix_now();
+        let status = resp.head.status;
+        let mut headers = clean_response_headers(&resp.head.headers, &self.via, response_time);
+        let initial_age = policy::initial_age(&resp.head.headers, request_time, response_time);
+
+        if let (Some(old), 304) = (&plan.conditional, status) {
+            let fresh = self.refresh(old, &headers, request_time, response_time, initial_age);
+            while let Ok(Some(_)) = resp.body.next().await {}
+            fetch.set_head(Ok(Arc::new(FetchedHead {
+                status: fresh.status,
+                headers: fresh.headers.clone(),
+                content_length: Some(fresh.body.len() as u64),
+                freshness: fresh.freshness,
+                vary: Some(fresh.vary.clone()),
+                response_time,
+                initial_age,
+                refreshed: Some(fresh),
+            })));
+            fetch.finish(Ok(()));
+            self.forget(&fetch, registered);
+            return;
+        }
+        let freshness = policy::freshness(&fetch.leader_headers, status, &headers, &self.policy);
+        let vary = vary_names(&headers);
+        headers.remove(b"age");
+        let content_length = resp.body.length();
+        let storable = plan.store && freshness.storable && vary.is_some();
+        fetch.set_head(Ok(Arc::new(FetchedHead {
+            status,
+            headers: headers.clone(),
+            content_length,
+            freshness,
+            vary: vary.clone(),
+            response_time,
+            initial_age,
+            refreshed: None,
+        })));
+        if !storable {
+            // Nobody else may join a response that will not be cached.
+            self.forget(&fetch, registered);
+        }
+        let outcome = loop {
+            match resp.body.next().await {
+                Ok(Some(chunk)) => {
+                    self.metrics
+                        .upstream_bytes
+                        .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    if !fetch.push(chunk).await {
+                        break Err(FetchError {
+                            status: 499,
+                            message: "every client left".into(),
+                        });
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => {
+                    self.metrics.upstream_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(key = %String::from_utf8_lossy(&fetch.key), error = %e, "upstream body failed; not cached");
+                    break Err(FetchError {
+                        status: e.status(),
+                        message: e.to_string(),
+                    });
+                }
+            }
+        };
+        let ok = outcome.is_ok();
+        fetch.finish(outcome);
+        if ok && storable {
+            if let Some(body) = fetch.complete_body() {
+                let vary = vary.unwrap_or_default();
+                let key = if vary.is_empty() {
+                    fetch.key.clone()
+                } else {
+                    variant_key(&fetch.key, &vary, &fetch.leader_headers)
+                };
+                let o = Arc::new(CachedObject::new(ObjectParts {
+                    key,
+                    primary: fetch.key.clone(),
+                    status,
+                    headers,
+                    body,
+                    vary,
+                    freshness,
+                    response_time,
+                    initial_age,
+                    stats: fetch.stats.clone(),
+                }));
+                self.put(o).await;
+            }
+        }
+        self.forget(&fetch, registered);
+    }
+
+    /// Store in memory, and on disk when there is a disk tier.
+    pub async fn put(self: &Arc<Self>, o: Arc<CachedObject>) {
+        let (to_disk, evicted) = self.store.insert(o.clone());
+        self.metrics.evictions.fetch_add(evicted, Ordering::Relaxed);
+        if to_disk {
+            let cache = self.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Some(d) = cache.store.disk() {
+                    d.write(&o);
+                }
+            })
+            .await;
+        }
+    }
+
+    /// A stored object updated by a 304 (RFC 9111 §4.3.4): new header
+    /// values replace the stored ones, the body stays.
+    fn refresh(
+        self: &Arc<Self>,
+        old: &CachedObject,
+        update: &Headers,
+        _request_time: u64,
+        response_time: u64,
+        initial_age: u64,
+    ) -> Arc<CachedObject> {
+        let mut headers = old.headers.clone();
+        for (n, _) in update.iter() {
+            if n.eq_ignore_ascii_case(b"content-length") || n.eq_ignore_ascii_case(b"age") {
+                continue;
+            }
+            let name = n.to_ascii_lowercase();
+            headers.remove(&name);
+        }
+        for (n, v) in update.iter() {
+            if !(n.eq_ignore_ascii_case(b"content-length") || n.eq_ignore_ascii_case(b"age")) {
+                headers.push(n.clone(), v.clone());
+            }
+        }
+        let freshness = policy::freshness(&Headers::new(), old.status, &headers, &self.policy);
+        let o = Arc::new(CachedObject::new(ObjectParts {
+            key: old.key.clone(),
+            primary: old.primary.clone(),
+            status: old.status,
+            headers,
+            body: old.body.clone(),
+            vary: old.vary.clone(),
+            freshness,
+            response_time,
+            initial_age,
+            stats: old.stats.clone(),
+        }));
+        let cache = self.clone();
+        let stored = o.clone();
+        tokio::spawn(async move { cache.put(stored).await });
+        o
+    }
+
+    fn forget(&self, fetch: &Arc<Fetch>, registered: bool) {
+        if !registered {
+            return;
+        }
+        let mut map = self.inflight.lock();
+        if map.get(&fetch.id).is_some_and(|f| Arc::ptr_eq(f, fetch)) {
+            map.remove(&fetch.id);
+        }
+    }
+}
+
+/// What a fetch asks upstream for.
+struct FetchPlan {
+    method: Bytes,
+    path: Bytes,
+    headers: Vec<(Bytes, Bytes)>,
+    body: Bytes,
+    idempotent: bool,
+    /// A cache fill (its response may be stored), not a pass.
+    store: bool,
+    /// The stale object this fetch revalidates.
+    conditional: Option<Arc<CachedObject>>,
+}
+
+/// Response fields to keep: end-to-end only, Via extended, Date ensured.
+fn clean_response_headers(h: &Headers, via: &str, now: u64) -> Headers {
+    let mut out = Headers::with_capacity(h.len() + 2);
+    let mut upstream_via = None;
+    for (n, v) in h.iter() {
+        if is_hop_by_hop(n)
+            || h.has_token(b"connection", n)
+            || n.eq_ignore_ascii_case(b"content-length")
+        {
+            continue;
+        }
+        if n.eq_ignore_ascii_case(b"via") {
+            upstream_via = Some(v.clone());
+            continue;
+        }
+        out.push(n.clone(), v.clone());
+    }
+    if !out.contains(b"date") {
+        out.push(Bytes::from_static(b"Date"), Bytes::from(date::format(now)));
+    }
+    let via = match upstream_via {
+        Some(v) => format!("{}, {via}", String::from_utf8_lossy(&v)),
+        None => via.to_string(),
+    };
+    out.push(Bytes::from_static(b"Via"), Bytes::from(via));
+    out
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The path of a Location/Content-Location that names this service: a
+/// relative reference, or an absolute one (any host: a cache serves one).
+fn same_origin_path(v: &[u8]) -> Option<&[u8]> {
+    if v.first() == Some(&b'/') {
+        return Some(v);
+    }
+    let rest = v
+        .strip_prefix(b"http://")
+        .or_else(|| v.strip_prefix(b"https://"))?;
+    let i = rest.iter().position(|&c| c == b'/')?;
+    Some(&rest[i..])
+}
+
+fn status_line(code: u16) -> Vec<u8> {
+    let mut v = Vec::with_capacity(512);
+    v.extend_from_slice(format!("HTTP/1.1 {code} {}\r\n", reason(code)).as_bytes());
+    v
+}
+
+fn push_field(out: &mut Vec<u8>, name: &str, value: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = write!(out, "{name}: {value}\r\n");
+}
+
+/// End the head: Connection: close when needed, then the empty line.
+fn finish_head(out: &mut Vec<u8>, close: bool) {
+    if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A complete error reply with a plain-text body.
+pub fn error_reply(code: u16, message: &str, close: bool, head_only: bool) -> Reply {
+    let body = Bytes::from(format!("{code} {}: {message}\n", reason(code)));
+    let mut head = status_line(code);
+    head.extend_from_slice(b"Date: ");
+    date::write_now(&mut head);
+    head.extend_from_slice(
+        b"\r\nContent-Type: text/plain; charset=utf-8\r\nCache-Control: no-store\r\n",
+    );
+    push_field(&mut head, "Content-Length", body.len());
+    finish_head(&mut head, close);
+    Reply {
+        status: code,
+        head,
+        body: if head_only {
+            ReplyBody::Empty
+        } else {
+            ReplyBody::Full(body)
+        },
+        close,
+        stats: None,
+    }
+}

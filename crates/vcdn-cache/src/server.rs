@@ -1,0 +1,384 @@
+//! Listening and the per-connection loop: thread-per-core, each thread with
+//! its own single-threaded runtime and its own `SO_REUSEPORT` listener, so
+//! the kernel spreads connections and a connection never changes thread.
+//! Pipelined requests are answered in order with one write per batch.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
+use vcdn_http::{parse_request, BodyFraming, Limits, Method, ParseError, RequestHead};
+
+use crate::proxy::{error_reply, Cache, Reply, ReplyBody};
+
+/// Bodies up to this size are copied into the batch buffer; larger ones are
+/// written from the stored bytes directly.
+const INLINE_BODY: usize = 16 * 1024;
+/// Flush the batch buffer past this size even if more requests wait.
+const MAX_BATCH: usize = 64 * 1024;
+
+/// Bind a listening socket with `SO_REUSEPORT`, so several threads can each
+/// own one on the same address.
+pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<StdListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(4096)?;
+    Ok(s.into())
+}
+
+/// Accept connections forever on one thread's listener.
+pub async fn accept_loop(cache: Arc<Cache>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let m = &cache.metrics;
+                m.connections_total.fetch_add(1, Ordering::Relaxed);
+                if m.connections_open.load(Ordering::Relaxed) >= cache.cfg.max_connections as u64 {
+                    m.connections_refused.fetch_add(1, Ordering::Relaxed);
+                    drop(stream);
+                    continue;
+                }
+                m.connections_open.fetch_add(1, Ordering::Relaxed);
+                let cache = cache.clone();
+                tokio::spawn(async move {
+                    let _ = stream.set_nodelay(true);
+                    connection(&cache, stream, peer).await;
+                    cache
+                        .metrics
+                        .connections_open
+                        .fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off, keep going.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+enum Next {
+    Request(RequestHead),
+    Closed,
+}
+
+struct Conn<'a> {
+    cache: &'a Arc<Cache>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    /// Bytes read but not yet parsed. Empty (no allocation) while idle, so
+    /// thousands of idle connections cost little memory.
+    rbuf: BytesMut,
+    /// Responses waiting to be written as one batch.
+    out: Vec<u8>,
+    limits: Limits,
+}
+
+async fn connection(cache: &Arc<Cache>, stream: TcpStream, peer: SocketAddr) {
+    let cfg = &cache.cfg;
+    let mut c = Conn {
+        cache,
+        stream,
+        peer,
+        rbuf: BytesMut::new(),
+        out: Vec::new(),
+        limits: Limits {
+            max_request_line: cfg.max_request_line,
+            max_head: cfg.max_header_bytes,
+            max_headers: cfg.max_headers,
+        },
+    };
+    if let Err(e) = c.run().await {
+        tracing::debug!(peer = %peer, error = %e, "connection ended");
+    }
+}
+
+impl Conn<'_> {
+    async fn run(&mut self) -> std::io::Result<()> {
+        loop {
+            let head = match self.next_request().await? {
+                Next::Request(h) => h,
+                Next::Closed => return self.flush().await,
+            };
+            if head.expect_continue && head.body != BodyFraming::None {
+                self.flush().await?;
+                self.write(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+            }
+            let body = match self.read_body(head.body).await? {
+                Ok(b) => b,
+                Err((code, msg)) => {
+                    let r = error_reply(code, msg, true, false);
+                    self.cache.metrics.response(code, 0);
+                    return self.send(r, false).await.map(|_| ());
+                }
+            };
+            let reply = self.cache.handle(&head, body, self.peer.ip()).await;
+            let close = reply.close || !head.keep_alive;
+            let head_only = head.method == Method::Head;
+            let clean = self.send(reply, head_only).await?;
+            if close || !clean {
+                return self.flush().await;
+            }
+        }
+    }
+
+    /// Parse the next request, reading as needed. Parse errors are answered
+    /// here; the connection then closes.
+    async fn next_request(&mut self) -> std::io::Result<Next> {
+        let cfg = &self.cache.cfg;
+        loop {
+            if !self.rbuf.is_empty() {
+                let data = std::mem::take(&mut self.rbuf).freeze();
+                match parse_request(&data, &self.limits) {
+                    Ok(Some((head, n))) => {
+                        if n < data.len() {
+                            self.rbuf = BytesMut::from(&data[n..]);
+                        }
+                        return Ok(Next::Request(head));
+                    }
+                    Ok(None) => {
+                        self.rbuf = data
+                            .try_into_mut()
+                            .unwrap_or_else(|d| BytesMut::from(&d[..]));
+                    }
+                    Err(e) => {
+                        self.reject(e).await?;
+                        return Ok(Next::Closed);
+                    }
+                }
+            }
+            // Nothing complete buffered: send what is pending, then read.
+            self.flush().await?;
+            let idle = self.rbuf.is_empty();
+            let wait = Duration::from_millis(if idle {
+                cfg.idle_timeout_ms
+            } else {
+                cfg.header_timeout_ms
+            });
+            if idle {
+                // Wait for data without holding a buffer, nor a large
+                // output buffer: idle connections must stay cheap.
+                if self.out.capacity() > 4096 {
+                    self.out = Vec::new();
+                }
+                match tokio::time::timeout(wait, self.stream.readable()).await {
+                    Ok(r) => r?,
+                    Err(_) => return Ok(Next::Closed),
+                }
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+                self.rbuf.reserve(4096);
+            }
+            match tokio::time::timeout(wait, self.stream.read_buf(&mut self.rbuf)).await {
+                Ok(Ok(0)) => return Ok(Next::Closed),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) if self.rbuf.is_empty() => return Ok(Next::Closed),
+                Err(_) => {
+                    self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+                    let r =
+                        error_reply(408, "the request head did not arrive in time", true, false);
+                    self.cache.metrics.response(408, 0);
+                    self.send(r, false).await?;
+                    return Ok(Next::Closed);
+                }
+            }
+        }
+    }
+
+    async fn reject(&mut self, e: ParseError) -> std::io::Result<()> {
+        self.cache
+            .metrics
+            .bad_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let code = e.status();
+        self.cache.metrics.response(code, 0);
+        tracing::debug!(peer = %self.peer, status = code, error = %e, "rejected request");
+        self.send(error_reply(code, &e.to_string(), true, false), false)
+            .await
+            .map(|_| ())
+    }
+
+    /// Read a request body (buffered: the cache forwards bodies of unsafe
+    /// methods only, and bounds them). The inner error is a reply to send.
+    async fn read_body(
+        &mut self,
+        framing: BodyFraming,
+    ) -> std::io::Result<Result<Bytes, (u16, &'static str)>> {
+        let max = self.cache.cfg.max_request_body;
+        let wait = Duration::from_millis(self.cache.cfg.header_timeout_ms);
+        match framing {
+            BodyFraming::None => Ok(Ok(Bytes::new())),
+            BodyFraming::Length(n) if n > max => Ok(Err((413, "request body too large"))),
+            BodyFraming::Length(n) => {
+                while (self.rbuf.len() as u64) < n {
+                    self.rbuf
+                        .reserve((n as usize - self.rbuf.len()).min(64 * 1024));
+                    match tokio::time::timeout(wait, self.stream.read_buf(&mut self.rbuf)).await {
+                        Ok(Ok(0)) => return Ok(Err((400, "request body ended early"))),
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Err(e),
+                        Err(_) => return Ok(Err((408, "the request body did not arrive in time"))),
+                    }
+                }
+                Ok(Ok(self.rbuf.split_to(n as usize).freeze()))
+            }
+            BodyFraming::Chunked => {
+                let mut dec = ChunkedDecoder::new();
+                let mut body = BytesMut::new();
+                loop {
+                    match dec.decode(&mut self.rbuf) {
+                        Ok(Decoded::Data(d)) => {
+                            if (body.len() + d.len()) as u64 > max {
+                                return Ok(Err((413, "request body too large")));
+                            }
+                            body.extend_from_slice(&d);
+                        }
+                        Ok(Decoded::Done) => return Ok(Ok(body.freeze())),
+                        Ok(Decoded::NeedMore) => {
+                            self.rbuf.reserve(4096);
+                            match tokio::time::timeout(wait, self.stream.read_buf(&mut self.rbuf))
+                                .await
+                            {
+                                Ok(Ok(0)) => return Ok(Err((400, "request body ended early"))),
+                                Ok(Ok(_)) => {}
+                                Ok(Err(e)) => return Err(e),
+                                Err(_) => {
+                                    return Ok(Err((
+                                        408,
+                                        "the request body did not arrive in time",
+                                    )))
+                                }
+                            }
+                        }
+                        Err(_) => return Ok(Err((400, "malformed chunked request body"))),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queue or write a reply. Returns false if its body could not be
+    /// completed (the upstream failed mid-body): the connection must close
+    /// so the client sees a truncated response, never a wrong one.
+    async fn send(&mut self, reply: Reply, head_only: bool) -> std::io::Result<bool> {
+        self.out.extend_from_slice(&reply.head);
+        let stats = reply.stats;
+        match reply.body {
+            ReplyBody::Empty => {}
+            ReplyBody::Full(b) if head_only => drop(b),
+            ReplyBody::Full(b) => {
+                if let Some(s) = &stats {
+                    s.served(b.len() as u64);
+                }
+                if b.len() <= INLINE_BODY {
+                    self.out.extend_from_slice(&b);
+                } else {
+                    self.flush().await?;
+                    self.write(&b).await?;
+                }
+            }
+            ReplyBody::Stream {
+                mut reader,
+                mut skip,
+                mut take,
+                chunked,
+            } => {
+                self.flush().await?;
+                let mut sent = 0u64;
+                let complete = loop {
+                    match reader.next().await {
+                        Ok(Some(mut b)) => {
+                            if skip > 0 {
+                                let n = (skip as usize).min(b.len());
+                                let _ = b.split_to(n);
+                                skip -= n as u64;
+                            }
+                            if let Some(t) = take.as_mut() {
+                                if b.len() as u64 > *t {
+                                    b.truncate(*t as usize);
+                                }
+                                *t -= b.len() as u64;
+                            }
+                            if !b.is_empty() {
+                                sent += b.len() as u64;
+                                if chunked {
+                                    let mut h = Vec::with_capacity(12);
+                                    chunk_header(b.len(), &mut h);
+                                    self.write(&h).await?;
+                                    self.write(&b).await?;
+                                    self.write(b"\r\n").await?;
+                                } else {
+                                    self.write(&b).await?;
+                                }
+                            }
+                            if take == Some(0) {
+                                break true;
+                            }
+                        }
+                        Ok(None) => break true,
+                        Err(e) => {
+                            tracing::debug!(peer = %self.peer, error = %e.message, "stream ended early");
+                            break false;
+                        }
+                    }
+                };
+                if let Some(s) = &stats {
+                    s.served(sent);
+                }
+                self.cache
+                    .metrics
+                    .body_bytes_sent
+                    .fetch_add(sent, Ordering::Relaxed);
+                if !complete {
+                    return Ok(false);
+                }
+                if chunked {
+                    self.write(b"0\r\n\r\n").await?;
+                }
+            }
+        }
+        if self.out.len() > MAX_BATCH {
+            self.flush().await?;
+        }
+        Ok(true)
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let out = std::mem::take(&mut self.out);
+        self.write(&out).await?;
+        // Keep a modest buffer for the next batch; drop a large one.
+        if out.capacity() <= MAX_BATCH {
+            self.out = out;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    async fn write(&mut self, b: &[u8]) -> std::io::Result<()> {
+        let wait = Duration::from_millis(self.cache.cfg.send_timeout_ms);
+        match tokio::time::timeout(wait, self.stream.write_all(b)).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "client did not read the response in time",
+                ))
+            }
+        }
+    }
+}

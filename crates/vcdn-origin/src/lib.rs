@@ -1,0 +1,288 @@
+//! A demo origin for trying and testing vcdn without any media files.
+//!
+//! Endpoints (all deterministic, all on loopback by default):
+//! - `GET /size/N`: N bytes, cacheable (`public, max-age=3600`), with ETag
+//!   and Last-Modified, answering conditional requests with 304.
+//!   Query options: `max_age=S`, `cc=VALUE` (whole Cache-Control),
+//!   `cdn_cc=VALUE` (CDN-Cache-Control), `vary=FIELD`, `delay_ms=M`
+//!   (before the head), `chunked=1` (no Content-Length), `rate=BPS`
+//!   (throttled body), `fail_after=K` (cut the connection after K bytes),
+//!   `etag=TAG`.
+//! - `GET /stream?chunks=K&interval_ms=M&size=B`: a chunked stream of K
+//!   pieces of B bytes every M ms (K=0: endless, a live stream).
+//! - `POST|PUT|DELETE /echo`: echoes the body, `no-store`.
+//! - `GET /_origin/requests`: requests served per path, as JSON.
+//! - `GET /healthz`, `GET /metrics`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use vcdn_http::serve::{json_string, serve, Body, Handler, Request, Response, ServeConfig};
+use vcdn_http::Method;
+
+/// Fixed Last-Modified of every synthetic object.
+const LAST_MODIFIED: &str = "Thu, 01 Jan 2026 00:00:00 GMT";
+/// Largest synthetic object.
+const MAX_SIZE: u64 = 16 << 30;
+/// Distinct paths counted (beyond that, counted as "other").
+const MAX_PATHS: usize = 10_000;
+
+#[derive(Default)]
+pub struct Origin {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    per_path: Mutex<HashMap<String, u64>>,
+}
+
+impl Origin {
+    fn count(&self, path: &str) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let mut m = self.per_path.lock();
+        if m.len() < MAX_PATHS || m.contains_key(path) {
+            *m.entry(path.to_string()).or_default() += 1;
+        } else {
+            *m.entry("other".into()).or_default() += 1;
+        }
+    }
+
+    /// Requests served for one path.
+    pub fn requests_for(&self, path: &str) -> u64 {
+        self.per_path.lock().get(path).copied().unwrap_or(0)
+    }
+}
+
+/// Serve the demo origin on a listener until the runtime ends.
+pub async fn run(listener: TcpListener) {
+    let origin = Arc::new(Origin::default());
+    serve(listener, ServeConfig::default(), handler(origin)).await;
+}
+
+pub fn handler(origin: Arc<Origin>) -> Handler {
+    Arc::new(move |req| {
+        let origin = origin.clone();
+        Box::pin(async move { route(&origin, req).await })
+    })
+}
+
+/// The byte at offset `i` of a synthetic object: printable and position
+/// dependent, so a client can check any range.
+pub fn byte_at(i: u64) -> u8 {
+    b"0123456789abcdefghijklmnopqrstuvwxyz"[(i % 36) as usize]
+}
+
+fn synth(from: u64, len: usize) -> Bytes {
+    (0..len as u64)
+        .map(|i| byte_at(from + i))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+fn query(req: &Request) -> HashMap<String, String> {
+    let pq = req.head.path_and_query();
+    let Some(i) = pq.iter().position(|&c| c == b'?') else {
+        return HashMap::new();
+    };
+    String::from_utf8_lossy(&pq[i + 1..])
+        .split('&')
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            Some((k.to_string(), decode(v)))
+        })
+        .collect()
+}
+
+fn decode(s: &str) -> String {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn route(origin: &Origin, req: Request) -> Response {
+    let path = String::from_utf8_lossy(req.head.path()).into_owned();
+    origin.count(&path);
+    let q = query(&req);
+    let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = num("delay_ms") {
+        tokio::time::sleep(Duration::from_millis(ms.min(60_000))).await;
+    }
+    match (req.head.method, path.as_str()) {
+        (Method::Get | Method::Head, "/healthz") => {
+            Response::new(200, "application/json", "{\"status\":\"ok\"}\n")
+        }
+        (Method::Get | Method::Head, "/metrics") => Response::new(
+            200,
+            "text/plain; version=0.0.4",
+            format!(
+                "# TYPE vcdn_origin_requests_total counter\nvcdn_origin_requests_total {}\n# TYPE vcdn_origin_body_bytes_total counter\nvcdn_origin_body_bytes_total {}\n",
+                origin.requests.load(Ordering::Relaxed),
+                origin.bytes.load(Ordering::Relaxed)
+            ),
+        ),
+        (Method::Get, "/_origin/requests") => {
+            let m = origin.per_path.lock();
+            let body: Vec<String> = m.iter().map(|(k, v)| format!("{}:{v}", json_string(k))).collect();
+            Response::new(200, "application/json", format!("{{{}}}\n", body.join(",")))
+        }
+        (Method::Get | Method::Head, p) if p.starts_with("/size/") => {
+            match p[6..].parse::<u64>() {
+                Ok(n) if n <= MAX_SIZE => sized(origin, &req, &q, n),
+                _ => Response::problem(404, "use /size/N with N a number of bytes up to 16 GiB"),
+            }
+        }
+        (Method::Get, "/stream") => stream(&q),
+        (Method::Post | Method::Put | Method::Delete | Method::Patch, "/echo") => {
+            Response::new(200, "application/octet-stream", req.body.clone())
+                .header("Cache-Control", "no-store")
+        }
+        (Method::Get | Method::Head, "/") => Response::new(
+            200,
+            "text/plain; charset=utf-8",
+            "vcdn demo origin\n  /size/N            N cacheable bytes\n  /stream?chunks=K&interval_ms=M&size=B   a chunked stream (K=0: endless)\n  /echo               echoes a POST body\n  /_origin/requests   requests per path\n",
+        )
+        .header("Cache-Control", "public, max-age=60"),
+        _ => Response::problem(404, "no such object on the demo origin; see /"),
+    }
+}
+
+fn sized(origin: &Origin, req: &Request, q: &HashMap<String, String>, n: u64) -> Response {
+    let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
+    let etag = format!(
+        "\"{}\"",
+        q.get("etag")
+            .cloned()
+            .unwrap_or_else(|| format!("size-{n}"))
+    );
+    let cc = q
+        .get("cc")
+        .cloned()
+        .unwrap_or_else(|| format!("public, max-age={}", num("max_age").unwrap_or(3600)));
+    let with_headers = |r: Response| {
+        let mut r = r
+            .header("Cache-Control", cc.clone())
+            .header("ETag", etag.clone())
+            .header("Last-Modified", LAST_MODIFIED);
+        if let Some(v) = q.get("cdn_cc") {
+            r = r.header("CDN-Cache-Control", v.clone());
+        }
+        if let Some(v) = q.get("vary") {
+            r = r.header("Vary", v.clone());
+            // Show which variant was produced.
+            let lower = v.to_ascii_lowercase();
+            let val = req
+                .head
+                .headers
+                .get_str(lower.as_bytes())
+                .unwrap_or("")
+                .to_string();
+            r = r.header("X-Variant", val);
+        }
+        r
+    };
+    if req.head.headers.get(b"if-none-match").is_some_and(|v| {
+        v.split(|&c| c == b',')
+            .any(|t| t.trim_ascii() == etag.as_bytes())
+    }) {
+        let mut r = with_headers(Response::new(304, "application/octet-stream", Bytes::new()));
+        r.headers.retain(|(k, _)| k != "Content-Type");
+        return r;
+    }
+    let chunked = q.contains_key("chunked");
+    let rate = num("rate");
+    let fail_after = num("fail_after");
+    if !chunked && rate.is_none() && fail_after.is_none() && n <= 4 << 20 {
+        origin.bytes.fetch_add(n, Ordering::Relaxed);
+        return with_headers(Response::new(
+            200,
+            "application/octet-stream",
+            synth(0, n as usize),
+        ));
+    }
+    let (tx, rx) = mpsc::channel(4);
+    let head_only = req.head.method == Method::Head;
+    tokio::spawn(async move {
+        if head_only {
+            return;
+        }
+        let piece = rate.map_or(64 * 1024, |r| (r / 20).clamp(1, 64 * 1024));
+        let mut at = 0u64;
+        while at < n {
+            let len = piece.min(n - at);
+            if fail_after.is_some_and(|k| at + len > k) {
+                let k = fail_after.unwrap_or(0);
+                if k > at {
+                    let _ = tx.send(Ok(synth(at, (k - at) as usize))).await;
+                }
+                let _ = tx.send(Err(())).await;
+                return;
+            }
+            if tx.send(Ok(synth(at, len as usize))).await.is_err() {
+                return;
+            }
+            at += len;
+            if let Some(r) = rate {
+                tokio::time::sleep(Duration::from_secs_f64(len as f64 / r.max(1) as f64)).await;
+            }
+        }
+    });
+    origin.bytes.fetch_add(n, Ordering::Relaxed);
+    let mut r = with_headers(Response {
+        status: 200,
+        headers: vec![("Content-Type".into(), "application/octet-stream".into())],
+        body: Body::Stream(rx),
+        content_length: (!chunked).then_some(n),
+    });
+    r.content_length = (!chunked).then_some(n);
+    r
+}
+
+fn stream(q: &HashMap<String, String>) -> Response {
+    let num = |k: &str, d: u64| q.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(d);
+    let chunks = num("chunks", 10);
+    let interval = Duration::from_millis(num("interval_ms", 100).min(60_000));
+    let size = num("size", 1024).clamp(1, 1 << 20) as usize;
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(async move {
+        let mut i = 0u64;
+        while chunks == 0 || i < chunks {
+            let mut piece = format!("chunk {i} ").into_bytes();
+            piece.resize(size.max(piece.len()), b'.');
+            if tx.send(Ok(Bytes::from(piece))).await.is_err() {
+                return;
+            }
+            i += 1;
+            tokio::time::sleep(interval).await;
+        }
+    });
+    Response {
+        status: 200,
+        headers: vec![
+            ("Content-Type".into(), "text/plain".into()),
+            (
+                "Cache-Control".into(),
+                q.get("cc")
+                    .cloned()
+                    .unwrap_or_else(|| "public, max-age=2".into()),
+            ),
+        ],
+        body: Body::Stream(rx),
+        content_length: None,
+    }
+}

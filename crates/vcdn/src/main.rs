@@ -1,0 +1,323 @@
+//! The `vcdn` command: parses flags and calls the libraries.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use vcdn_cache::config::parse_size;
+use vcdn_cache::ctl;
+use vcdn_cache::CacheConfig;
+
+#[derive(Parser)]
+#[command(
+    name = "vcdn",
+    version,
+    about = "CDN-as-a-Service: virtual CDNs on a telecom operator's cloud"
+)]
+struct Cli {
+    /// Log as JSON lines instead of text.
+    #[arg(long, global = true, env = "VCDN_LOG_JSON")]
+    log_json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run an edge cache in front of an origin or a parent cache.
+    Cache(CacheCmd),
+    /// Run the demo origin (synthetic objects and streams).
+    Origin {
+        #[arg(long, default_value = "127.0.0.1:9000", env = "VCDN_ORIGIN_LISTEN")]
+        listen: SocketAddr,
+    },
+    /// Start a demo origin and a cache in front of it, and show how to try them.
+    Demo {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        admin: SocketAddr,
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        origin: SocketAddr,
+        #[arg(long, default_value = "demo-token")]
+        admin_token: String,
+    },
+}
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct CacheCmd {
+    #[command(subcommand)]
+    ctl: Option<CacheSub>,
+    #[command(flatten)]
+    run: CacheArgs,
+}
+
+#[derive(Subcommand)]
+enum CacheSub {
+    /// Talk to a running cache's control API.
+    Ctl(CtlArgs),
+}
+
+#[derive(Args)]
+struct CacheArgs {
+    /// Address to serve clients on [default: 127.0.0.1:8080].
+    #[arg(long, env = "VCDN_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Origin or parent cache, http://host:port[/base].
+    #[arg(long, env = "VCDN_UPSTREAM")]
+    upstream: Option<String>,
+    /// Address of the control API, /metrics and /healthz.
+    #[arg(long, env = "VCDN_ADMIN")]
+    admin: Option<SocketAddr>,
+    /// Bearer token the control API requires.
+    #[arg(long, env = "VCDN_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Memory tier size, e.g. 256M [default: 256M].
+    #[arg(long, env = "VCDN_MEMORY", value_parser = parse_size)]
+    memory: Option<u64>,
+    /// Directory of the disk tier (kept across restarts).
+    #[arg(long, env = "VCDN_DISK")]
+    disk: Option<PathBuf>,
+    /// Disk tier size, e.g. 10G [default: 1G].
+    #[arg(long, env = "VCDN_DISK_SIZE", value_parser = parse_size)]
+    disk_size: Option<u64>,
+    /// Serving threads [default: one per available CPU].
+    #[arg(long, env = "VCDN_THREADS")]
+    threads: Option<usize>,
+    /// TOML file with any of these settings (flags win).
+    #[arg(long, env = "VCDN_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct CtlArgs {
+    /// The cache's admin address.
+    #[arg(long, default_value = "127.0.0.1:8081", env = "VCDN_ADMIN")]
+    admin: SocketAddr,
+    /// The admin bearer token.
+    #[arg(long, env = "VCDN_ADMIN_TOKEN", hide_env_values = true)]
+    token: String,
+    #[command(subcommand)]
+    cmd: CtlCmd,
+}
+
+#[derive(Subcommand)]
+enum CtlCmd {
+    /// Liveness and a few figures.
+    Health,
+    /// Totals: requests by result, hit ratio, bytes, tiers.
+    Stats,
+    /// List objects with their statistics.
+    Objects {
+        #[arg(long)]
+        prefix: Option<String>,
+    },
+    /// One object, with its headers and freshness.
+    Object { id: String },
+    /// Remove objects: one URL, a prefix, or everything.
+    Purge {
+        #[arg(long, conflicts_with_all = ["prefix", "all"], required_unless_present_any = ["prefix", "all"])]
+        url: Option<String>,
+        #[arg(long, conflicts_with = "all")]
+        prefix: Option<String>,
+        #[arg(long)]
+        all: bool,
+    },
+    /// Fetch a URL into the cache now.
+    Prefetch { url: String },
+    /// The Prometheus metrics.
+    Metrics,
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VCDN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.log_json);
+    let result = match cli.cmd {
+        Cmd::Cache(CacheCmd {
+            ctl: Some(CacheSub::Ctl(c)),
+            ..
+        }) => run_ctl(c),
+        Cmd::Cache(CacheCmd { run, .. }) => run_cache(run),
+        Cmd::Origin { listen } => run_origin(listen),
+        Cmd::Demo {
+            listen,
+            admin,
+            origin,
+            admin_token,
+        } => run_demo(listen, admin, origin, admin_token),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vcdn: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
+    let mut c = match &a.config {
+        Some(p) => CacheConfig::from_file(p).map_err(|e| e.to_string())?,
+        None => CacheConfig::default(),
+    };
+    if let Some(v) = a.listen {
+        c.listen = v;
+    }
+    if let Some(v) = a.upstream {
+        c.upstream = v;
+    }
+    if a.admin.is_some() {
+        c.admin = a.admin;
+    }
+    if a.admin_token.is_some() {
+        c.admin_token = a.admin_token;
+    }
+    if let Some(v) = a.memory {
+        c.memory = v;
+    }
+    if a.disk.is_some() {
+        c.disk = a.disk;
+    }
+    if let Some(v) = a.disk_size {
+        c.disk_size = v;
+    }
+    if let Some(v) = a.threads {
+        c.threads = v;
+    }
+    Ok(c)
+}
+
+fn run_cache(a: CacheArgs) -> Result<(), String> {
+    let cfg = cache_config(a)?;
+    let running = vcdn_cache::start(cfg)?;
+    announce(&running);
+    running.join();
+    Ok(())
+}
+
+fn announce(r: &vcdn_cache::Running) {
+    let c = &r.cache.cfg;
+    tracing::info!(
+        listen = %r.listen,
+        admin = ?r.admin,
+        upstream = %c.upstream,
+        memory = c.memory,
+        disk = ?c.disk,
+        "vcdn cache ready"
+    );
+    println!(
+        "vcdn cache listening on http://{} (upstream {})",
+        r.listen, c.upstream
+    );
+    if let Some(a) = r.admin {
+        println!("vcdn cache admin on http://{a} (/healthz, /metrics, /stats, /objects, /purge, /prefetch)");
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))
+}
+
+fn run_origin(listen: SocketAddr) -> Result<(), String> {
+    runtime()?.block_on(async {
+        let l = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        println!("vcdn origin listening on http://{addr}");
+        vcdn_origin::run(l).await;
+        Ok(())
+    })
+}
+
+fn run_demo(
+    listen: SocketAddr,
+    admin: SocketAddr,
+    origin: SocketAddr,
+    token: String,
+) -> Result<(), String> {
+    let std_l = std::net::TcpListener::bind(origin)
+        .map_err(|e| format!("cannot listen on {origin}: {e}"))?;
+    std_l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let origin_addr = std_l.local_addr().map_err(|e| e.to_string())?;
+    std::thread::Builder::new()
+        .name("vcdn-origin".into())
+        .spawn(move || {
+            if let Ok(rt) = runtime() {
+                rt.block_on(async move {
+                    if let Ok(l) = tokio::net::TcpListener::from_std(std_l) {
+                        vcdn_origin::run(l).await;
+                    }
+                });
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let cfg = CacheConfig {
+        listen,
+        upstream: format!("http://{origin_addr}"),
+        admin: Some(admin),
+        admin_token: Some(token.clone()),
+        ..CacheConfig::default()
+    };
+    let running = vcdn_cache::start(cfg)?;
+    let (l, a) = (running.listen, running.admin.unwrap_or(admin));
+    println!(
+        "vcdn demo: an edge cache on http://{l} in front of a demo origin on http://{origin_addr}
+
+Try it:
+  curl -si http://{l}/size/43 | grep -i x-cache       # MISS: fetched from the origin
+  curl -si http://{l}/size/43 | grep -i x-cache       # HIT: served from the cache
+  curl -s  http://{l}/size/1048576 -o /dev/null -w '%{{size_download}} bytes\\n'
+  curl -si -H 'Range: bytes=0-9' http://{l}/size/1000 # 206 Partial Content
+  curl -sN http://{l}/stream?chunks=20                # a chunked stream, cloned to every client
+
+Operate it (admin token: {token}):
+  vcdn cache ctl --admin {a} --token {token} stats
+  vcdn cache ctl --admin {a} --token {token} objects
+  vcdn cache ctl --admin {a} --token {token} purge --prefix /size/
+  curl -s http://{a}/metrics | grep vcdn_cache_requests_total
+
+Stop with Ctrl-C."
+    );
+    running.join();
+    Ok(())
+}
+
+fn run_ctl(c: CtlArgs) -> Result<(), String> {
+    let cmd = match c.cmd {
+        CtlCmd::Health => ctl::Command::Health,
+        CtlCmd::Stats => ctl::Command::Stats,
+        CtlCmd::Objects { prefix } => ctl::Command::Objects { prefix },
+        CtlCmd::Object { id } => ctl::Command::Object { id },
+        CtlCmd::Purge { url: Some(u), .. } => ctl::Command::PurgeUrl(u),
+        CtlCmd::Purge {
+            prefix: Some(p), ..
+        } => ctl::Command::PurgePrefix(p),
+        CtlCmd::Purge { .. } => ctl::Command::PurgeAll,
+        CtlCmd::Prefetch { url } => ctl::Command::Prefetch(url),
+        CtlCmd::Metrics => ctl::Command::Metrics,
+    };
+    let out = runtime()?.block_on(ctl::run(c.admin, &c.token, cmd))?;
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = writeln!(std::io::stdout(), "{out}");
+    Ok(())
+}
