@@ -518,6 +518,12 @@ report() {
     echo "- MiB = 2^20 bytes of response (headers + body) as counted by wrk"
     [[ -n $QUOTA_KIND ]] && echo "- quota: $QUOTA_KIND"
     [[ -n $QUOTA_WHY ]] && echo "- quota mode skipped: $QUOTA_WHY"
+    local disturbed
+    disturbed=$(awk -F'\t' -v d="$DUR_S" '$12 > 0.10 * d { n++ } END { print n + 0 }' "$TMP/results.tsv")
+    if ((disturbed > 0)); then
+      echo
+      echo "**WARNING: in $disturbed of $(wc -l <"$TMP/results.tsv") runs more than 10% of CPU $SERVER_CPU went to work not charged to the server (other processes on the machine). Those numbers are disturbed; rerun on a quiet machine before quoting them.**"
+    fi
     echo
   } >"$TMP/report.md"
 

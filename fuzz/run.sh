@@ -7,7 +7,7 @@
 # Environment:
 #   FUZZ_SECONDS    seconds per target (default 60)
 #   FUZZ_TOOLCHAIN  rustup toolchain (default nightly; cargo-fuzz needs it)
-#   FUZZ_FEATURES   cargo features of the fuzz crate, e.g. allow-known-bugs
+#   FUZZ_FEATURES   cargo features of the fuzz crate (none at present)
 #   FUZZ_ARGS       extra libFuzzer flags, e.g. "-max_len=20000"
 #
 # Targets run one after another, single process each (no -jobs/-fork, so

@@ -22,9 +22,6 @@
 //! Each input is parsed under three `Limits`: the defaults, a fixed tight set
 //! and a tight set derived from the first byte, so that the limit checks can
 //! be reached with short inputs.
-//!
-//! With the `allow-known-bugs` feature, the reported request-line off-by-one
-//! (see `known_uri_too_long_at_cr`) is tolerated; without it, it fails.
 #![no_main]
 
 use bytes::Bytes;
@@ -35,25 +32,6 @@ type Parsed = Result<Option<(RequestHead, usize)>, ParseError>;
 
 /// At most this many CR-boundary prefixes per input and limit set.
 const MAX_CR_SPLITS: usize = 32;
-
-const ALLOW_KNOWN_BUGS: bool = cfg!(feature = "allow-known-bugs");
-
-/// Known vcdn-http bug (reported, not fixed here): while the request line has
-/// no CRLF yet, `parse_request` compares `max_request_line` with the bytes
-/// read so far *including a trailing CR*, so a request line of exactly
-/// `max_request_line` bytes whose CR arrives in one read and LF in the next is
-/// answered 414, although the same line read whole is accepted.
-fn known_uri_too_long_at_cr(prefix_bytes: &[u8], prefix: &Parsed, limits: &Limits) -> bool {
-    if !ALLOW_KNOWN_BUGS || !matches!(prefix, Err(ParseError::UriTooLong)) {
-        return false;
-    }
-    // Leading empty lines skipped by the parser (at most 4).
-    let mut start = 0;
-    while start < 8 && prefix_bytes.len() >= start + 2 && &prefix_bytes[start..start + 2] == b"\r\n" {
-        start += 2;
-    }
-    prefix_bytes.last() == Some(&b'\r') && prefix_bytes.len() - 1 - start == limits.max_request_line
-}
 
 fn method_of(raw: &[u8]) -> Method {
     match raw {
@@ -186,7 +164,7 @@ fn check(data: &[u8], limits: &Limits) {
                  prefix: {prefix:?}\n full: {full:?}"
             ),
             (_, Some(n)) => assert!(
-                matches!(prefix, Ok(None)) || known_uri_too_long_at_cr(&data[..p], &prefix, limits),
+                matches!(prefix, Ok(None)),
                 "prefix of {p} bytes, shorter than the complete {n}-byte head, \
                  must need more bytes:\n prefix: {prefix:?}\n full: {full:?}"
             ),
@@ -195,7 +173,7 @@ fn check(data: &[u8], limits: &Limits) {
                  prefix: {prefix:?}\n full: {full:?}"
             ),
             (Err(_), None) => assert!(
-                full.is_err() || known_uri_too_long_at_cr(&data[..p], &prefix, limits),
+                full.is_err(),
                 "prefix of {p} bytes is an error but the whole input is not:\n \
                  prefix: {prefix:?}\n full: {full:?}"
             ),

@@ -1,17 +1,16 @@
 //! Fuzz `vcdn_http::parse_response` and `ResponseHead::framing`.
 //!
 //! The whole input is the response bytes. Never panics; a successful parse
-//! respects the limits, re-parses alone to the same head, and `framing` agrees
-//! with RFC 9112 §6.3 as the parser implements it. Prefixes are checked for
-//! the same incremental consistency as in `request_head` (a complete head
-//! never depends on later bytes, an error is never repaired by more bytes, a
-//! prefix shorter than a complete head needs more bytes).
+//! respects the limits, has a well-formed status line (matching `status` and
+//! `minor_version`, no control character but HTAB in the reason phrase),
+//! re-parses alone to the same head, and `framing` agrees with RFC 9112 §6.3
+//! as the parser implements it. Prefixes are checked for the same incremental
+//! consistency as in `request_head` (a complete head never depends on later
+//! bytes, an error is never repaired by more bytes, a prefix shorter than a
+//! complete head needs more bytes).
 //!
 //! Each input is parsed under the default `Limits`, a fixed tight set and a
 //! tight set derived from the first byte.
-//!
-//! With the `allow-known-bugs` feature, the reported `max_head` off-by-two
-//! (see `KNOWN_HEAD_OVERRUN`) is tolerated; without it, it fails.
 #![no_main]
 
 use bytes::Bytes;
@@ -22,22 +21,6 @@ use vcdn_http::{parse_response, Limits, ParseError, ResponseHead};
 type Parsed = Result<Option<(ResponseHead, usize)>, ParseError>;
 
 const MAX_CR_SPLITS: usize = 32;
-
-const ALLOW_KNOWN_BUGS: bool = cfg!(feature = "allow-known-bugs");
-
-/// Known vcdn-http bug (reported, not fixed here): `parse_response` checks
-/// `max_head` only at the start of each header line, and not after the final
-/// empty line as `parse_request` does, so it accepts heads of `max_head + 1`
-/// and `max_head + 2` bytes; and the same `max_head + 2`-byte head read with
-/// its last LF in a later read is rejected (431) at `max_head + 1` bytes.
-const KNOWN_HEAD_OVERRUN: usize = if ALLOW_KNOWN_BUGS { 2 } else { 0 };
-
-fn known_too_large_at_cr(prefix_bytes: &[u8], prefix: &Parsed, limits: &Limits) -> bool {
-    ALLOW_KNOWN_BUGS
-        && matches!(prefix, Err(ParseError::HeadersTooLarge))
-        && prefix_bytes.len() == limits.max_head + 1
-        && prefix_bytes.last() == Some(&b'\r')
-}
 
 fn same_parse(a: &Parsed, b: &Parsed) -> bool {
     match (a, b) {
@@ -56,10 +39,25 @@ fn same_parse(a: &Parsed, b: &Parsed) -> bool {
 fn check_head(h: &ResponseHead, n: usize, input: &[u8], limits: &Limits) {
     assert!(n <= input.len(), "consumed {n} > input length {}", input.len());
     assert!(n >= 4 && &input[n - 4..n] == b"\r\n\r\n", "head does not end with CRLF CRLF: n={n}");
-    assert!(n <= limits.max_head + KNOWN_HEAD_OVERRUN, "head of {n} bytes exceeds max_head {}", limits.max_head);
+    assert!(n <= limits.max_head, "head of {n} bytes exceeds max_head {}", limits.max_head);
     assert!(h.headers.len() <= limits.max_headers, "{} fields > max_headers {}", h.headers.len(), limits.max_headers);
     assert!((100..=599).contains(&h.status), "status {}", h.status);
     assert!(h.minor_version <= 1, "minor version {}", h.minor_version);
+    // The status line: `HTTP/1.x SP 3DIGIT [SP reason]`, matching the parsed
+    // fields, and a reason phrase without control characters (HTAB allowed).
+    let line_end = input.windows(2).position(|w| w == b"\r\n").expect("no CRLF in a parsed head");
+    let line = &input[..line_end];
+    assert!(line.len() >= 12 && line.starts_with(b"HTTP/1."), "malformed status line {line:?}");
+    assert_eq!(line[7], b'0' + h.minor_version, "minor version does not match the status line");
+    let digits = [h.status / 100, h.status / 10 % 10, h.status % 10].map(|d| b'0' + d as u8);
+    assert_eq!(line[9..12], digits, "status does not match the status line");
+    if let Some((&sp, reason)) = line[12..].split_first() {
+        assert_eq!(sp, b' ', "no SP before the reason phrase");
+        assert!(
+            !reason.iter().any(|&c| (c < b' ' && c != b'\t') || c == 0x7f),
+            "control character in reason phrase {reason:?}"
+        );
+    }
     for (name, value) in h.headers.iter() {
         assert!(!name.is_empty(), "empty header name");
         assert!(!name.iter().any(|&c| c == b':' || c <= b' ' || c >= 0x7f), "bad header name {name:?}");
@@ -133,7 +131,7 @@ fn check(data: &[u8], limits: &Limits) {
                  prefix: {prefix:?}\n full: {full:?}"
             ),
             (_, Some(n)) => assert!(
-                matches!(prefix, Ok(None)) || known_too_large_at_cr(&data[..p], &prefix, limits),
+                matches!(prefix, Ok(None)),
                 "prefix of {p} bytes, shorter than the complete {n}-byte head, \
                  must need more bytes:\n prefix: {prefix:?}\n full: {full:?}"
             ),
@@ -142,7 +140,7 @@ fn check(data: &[u8], limits: &Limits) {
                  prefix: {prefix:?}\n full: {full:?}"
             ),
             (Err(_), None) => assert!(
-                full.is_err() || known_too_large_at_cr(&data[..p], &prefix, limits),
+                full.is_err(),
                 "prefix of {p} bytes is an error but the whole input is not:\n \
                  prefix: {prefix:?}\n full: {full:?}"
             ),

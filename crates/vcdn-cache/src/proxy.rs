@@ -844,9 +844,11 @@ fn clean_response_headers(h: &Headers, via: &str, now: u64) -> Headers {
     let mut out = Headers::with_capacity(h.len() + 2);
     let mut upstream_via = None;
     for (n, v) in h.iter() {
+        // X-Cache describes one hop; each cache sets its own.
         if is_hop_by_hop(n)
             || h.has_token(b"connection", n)
             || n.eq_ignore_ascii_case(b"content-length")
+            || n.eq_ignore_ascii_case(b"x-cache")
         {
             continue;
         }

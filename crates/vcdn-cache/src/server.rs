@@ -6,7 +6,7 @@
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -49,14 +49,15 @@ pub async fn accept_loop(cache: Arc<Cache>, listener: TcpListener) {
                 }
                 m.connections_open.fetch_add(1, Ordering::Relaxed);
                 let cache = cache.clone();
-                tokio::spawn(async move {
+                let fut = async move {
                     let _ = stream.set_nodelay(true);
                     connection(&cache, stream, peer).await;
                     cache
                         .metrics
                         .connections_open
                         .fetch_sub(1, Ordering::Relaxed);
-                });
+                };
+                tokio::spawn(fut);
             }
             Err(e) => {
                 // Out of file descriptors and the like: back off, keep going.
@@ -82,6 +83,10 @@ struct Conn<'a> {
     /// Responses waiting to be written as one batch.
     out: Vec<u8>,
     limits: Limits,
+    /// When the first byte of the request being read arrived: the whole
+    /// head must come within the header timeout (a slowloris client
+    /// trickling bytes does not reset it).
+    head_started: Option<Instant>,
 }
 
 async fn connection(cache: &Arc<Cache>, stream: TcpStream, peer: SocketAddr) {
@@ -92,6 +97,7 @@ async fn connection(cache: &Arc<Cache>, stream: TcpStream, peer: SocketAddr) {
         peer,
         rbuf: BytesMut::new(),
         out: Vec::new(),
+        head_started: None,
         limits: Limits {
             max_request_line: cfg.max_request_line,
             max_head: cfg.max_header_bytes,
@@ -122,10 +128,12 @@ impl Conn<'_> {
                     return self.send(r, false).await.map(|_| ());
                 }
             };
-            let reply = self.cache.handle(&head, body, self.peer.ip()).await;
+            // Boxed: the handler's state is large, and an idle connection
+            // should not carry it.
+            let reply = Box::pin(self.cache.handle(&head, body, self.peer.ip())).await;
             let close = reply.close || !head.keep_alive;
             let head_only = head.method == Method::Head;
-            let clean = self.send(reply, head_only).await?;
+            let clean = Box::pin(self.send(reply, head_only)).await?;
             if close || !clean {
                 return self.flush().await;
             }
@@ -144,6 +152,7 @@ impl Conn<'_> {
                         if n < data.len() {
                             self.rbuf = BytesMut::from(&data[n..]);
                         }
+                        self.head_started = None;
                         return Ok(Next::Request(head));
                     }
                     Ok(None) => {
@@ -160,21 +169,38 @@ impl Conn<'_> {
             // Nothing complete buffered: send what is pending, then read.
             self.flush().await?;
             let idle = self.rbuf.is_empty();
-            let wait = Duration::from_millis(if idle {
-                cfg.idle_timeout_ms
+            let wait = if idle {
+                Duration::from_millis(cfg.idle_timeout_ms)
             } else {
-                cfg.header_timeout_ms
-            });
+                let started = *self.head_started.get_or_insert_with(Instant::now);
+                (started + Duration::from_millis(cfg.header_timeout_ms))
+                    .saturating_duration_since(Instant::now())
+            };
             if idle {
                 // Wait for data without holding a buffer, nor a large
                 // output buffer: idle connections must stay cheap.
                 if self.out.capacity() > 4096 {
                     self.out = Vec::new();
                 }
-                match tokio::time::timeout(wait, self.stream.readable()).await {
-                    Ok(r) => r?,
-                    Err(_) => return Ok(Next::Closed),
+                let deadline = Instant::now() + wait;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match tokio::time::timeout(left, self.stream.readable()).await {
+                        Ok(r) => r?,
+                        Err(_) => return Ok(Next::Closed),
+                    }
+                    self.rbuf.reserve(4096);
+                    match self.stream.try_read_buf(&mut self.rbuf) {
+                        Ok(0) => return Ok(Next::Closed),
+                        Ok(_) => break,
+                        // Spurious readiness: give the buffer back.
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            self.rbuf = BytesMut::new();
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
+                continue;
             }
             if self.rbuf.capacity() - self.rbuf.len() < 1024 {
                 self.rbuf.reserve(4096);

@@ -60,7 +60,7 @@ impl ChunkedDecoder {
                 State::Done => return Ok(Decoded::Done),
                 State::Size => {
                     let Some(i) = find_crlf(buf) else {
-                        if buf.len() > MAX_SIZE_LINE {
+                        if content_len(buf) > MAX_SIZE_LINE {
                             return Err(ParseError::BadRequest("chunk-size line too long"));
                         }
                         return Ok(Decoded::NeedMore);
@@ -119,7 +119,8 @@ impl ChunkedDecoder {
                 }
                 State::Trailers(seen) => {
                     let Some(i) = find_crlf(buf) else {
-                        if seen + buf.len() > MAX_TRAILERS {
+                        let n = content_len(buf);
+                        if n > 0 && seen + n > MAX_TRAILERS {
                             return Err(ParseError::HeadersTooLarge);
                         }
                         return Ok(Decoded::NeedMore);
@@ -137,6 +138,12 @@ impl ChunkedDecoder {
             }
         }
     }
+}
+
+/// Length of an unterminated line, not counting a final CR that may be the
+/// start of its CRLF (so the verdict does not depend on read boundaries).
+fn content_len(buf: &[u8]) -> usize {
+    buf.len() - usize::from(buf.last() == Some(&b'\r'))
 }
 
 /// The chunk header for `len` bytes of data: `"{len:x}\r\n"`.
@@ -172,6 +179,23 @@ mod tests {
         for step in 1..msg.len() {
             assert_eq!(decode_all(msg, step).unwrap(), b"hello world");
         }
+    }
+
+    /// Found by fuzzing: limits at their exact size, fed byte by byte.
+    #[test]
+    fn limits_hold_at_any_split() {
+        let mut size_line = b"1;".to_vec();
+        size_line.resize(MAX_SIZE_LINE, b'x');
+        size_line.extend_from_slice(b"\r\na\r\n0\r\n\r\n");
+        assert_eq!(decode_all(&size_line, size_line.len()).unwrap(), b"a");
+        assert_eq!(decode_all(&size_line, 1).unwrap(), b"a");
+        let mut trailer = b"0\r\nX: ".to_vec();
+        trailer.resize(3 + MAX_TRAILERS, b't');
+        trailer.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(
+            decode_all(&trailer, trailer.len()).is_ok(),
+            decode_all(&trailer, 1).is_ok()
+        );
     }
 
     #[test]

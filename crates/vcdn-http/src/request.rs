@@ -149,7 +149,8 @@ pub fn parse_request(
             if rest.contains(&b'\n') {
                 return Err(ParseError::BadRequest("bare LF in request line"));
             }
-            if rest.len() > limits.max_request_line {
+            // A trailing CR may be the start of the CRLF: not line content.
+            if rest.len() - usize::from(rest.last() == Some(&b'\r')) > limits.max_request_line {
                 return Err(ParseError::UriTooLong);
             }
             return Ok(None);
@@ -454,6 +455,15 @@ mod tests {
             status(&format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n")),
             431
         );
+    }
+
+    /// Found by fuzzing: the verdict must not depend on where reads split.
+    #[test]
+    fn limit_checks_do_not_depend_on_read_boundaries() {
+        let full = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(8192 - 15));
+        assert!(parse(&full).unwrap().is_some());
+        let line_end = full.find('\r').unwrap();
+        assert!(parse(&full[..line_end + 1]).unwrap().is_none());
     }
 
     #[test]

@@ -97,6 +97,12 @@ pub fn parse_response(
     if !code.iter().all(u8::is_ascii_digit) || line.get(12).is_some_and(|&c| c != b' ') {
         return Err(ParseError::BadRequest("malformed status code"));
     }
+    if line[12..]
+        .iter()
+        .any(|&c| (c < b' ' && c != b'\t') || c == 0x7f)
+    {
+        return Err(ParseError::BadRequest("control character in reason phrase"));
+    }
     let status = code.iter().fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'));
     if !(100..=599).contains(&status) {
         return Err(ParseError::BadRequest("status code out of range"));
@@ -123,6 +129,9 @@ pub fn parse_response(
         let (n, v) = parse_field(buf, pos, pos + i)?;
         headers.push(n, v);
         pos += i + 2;
+    }
+    if pos > limits.max_head {
+        return Err(ParseError::HeadersTooLarge);
     }
     Ok(Some((
         ResponseHead {
@@ -229,5 +238,21 @@ mod tests {
         assert!(parse("HTTP/1.1 200 OK\r\n folded\r\n\r\n").is_err());
         assert!(parse("HTTP/1.1 200 OK\r\nX: y\r\n").unwrap().is_none());
         assert!(parse("HTTP/1.1 204\r\n\r\n").unwrap().is_some());
+        assert!(parse("HTTP/1.1 200 O\rK\r\n\r\n").is_err());
+    }
+
+    /// Found by fuzzing: a head one or two bytes over the limit was
+    /// accepted when it arrived whole and refused when it arrived in parts.
+    #[test]
+    fn head_limit_is_exact() {
+        let limits = Limits::default();
+        for extra in [0usize, 1, 2] {
+            let pad = limits.max_head - 21 + extra;
+            let s = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(pad - 4));
+            let whole = parse_response(&Bytes::from(s.clone()), &limits);
+            let cut = parse_response(&Bytes::from(s[..s.len() - 1].to_string()), &limits);
+            assert_eq!(whole.is_err(), s.len() > limits.max_head, "len {}", s.len());
+            assert!(cut.is_err() == whole.is_err() || matches!(cut, Ok(None)));
+        }
     }
 }

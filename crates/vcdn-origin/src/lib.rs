@@ -10,7 +10,8 @@
 //!   `etag=TAG`.
 //! - `GET /stream?chunks=K&interval_ms=M&size=B`: a chunked stream of K
 //!   pieces of B bytes every M ms (K=0: endless, a live stream).
-//! - `POST|PUT|DELETE /echo`: echoes the body, `no-store`.
+//! - `POST|PUT|DELETE /echo`: echoes the body, `no-store`; the same
+//!   methods on `/size/N` answer 200 `updated`.
 //! - `GET /_origin/requests`: requests served per path, as JSON.
 //! - `GET /healthz`, `GET /metrics`.
 
@@ -90,9 +91,9 @@ fn query(req: &Request) -> HashMap<String, String> {
     };
     String::from_utf8_lossy(&pq[i + 1..])
         .split('&')
-        .filter_map(|kv| {
+        .map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            Some((k.to_string(), decode(v)))
+            (k.to_string(), decode(v))
         })
         .collect()
 }
@@ -148,6 +149,11 @@ async fn route(origin: &Origin, req: Request) -> Response {
             }
         }
         (Method::Get, "/stream") => stream(&q),
+        // Writes to an object succeed (and are not cacheable), so a cache's
+        // invalidation on unsafe methods can be seen.
+        (Method::Post | Method::Put | Method::Delete, p) if p.starts_with("/size/") => {
+            Response::new(200, "text/plain", "updated\n").header("Cache-Control", "no-store")
+        }
         (Method::Post | Method::Put | Method::Delete | Method::Patch, "/echo") => {
             Response::new(200, "application/octet-stream", req.body.clone())
                 .header("Cache-Control", "no-store")

@@ -194,9 +194,8 @@ impl DiskTier {
 
     /// Read and verify an object (blocking); a bad file is deleted.
     pub fn read(&self, id: ObjectId) -> Option<CachedObject> {
-        if self.index.lock().lru.get(&id).is_none() {
-            return None;
-        }
+        // Touch it in the index (recently used) and bail out if unknown.
+        self.index.lock().lru.get(&id)?;
         let path = self.path(id);
         let loaded = fs::read(&path)
             .map_err(|_| CorruptObject::Truncated)

@@ -1,0 +1,634 @@
+//! The edge cache, run as a real process against the real demo origin on
+//! loopback, checked the way a user would check it.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[tokio::test]
+async fn second_request_is_a_hit_with_age_via_and_date() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    let r1 = get(c.addr, "/size/43").await;
+    assert_eq!(r1.status(), 200);
+    assert_eq!(x_cache(&r1), "MISS");
+    assert_eq!(r1.body, synth(43));
+    let r2 = get(c.addr, "/size/43").await;
+    assert_eq!(x_cache(&r2), "HIT");
+    assert_eq!(r2.body, synth(43));
+    assert!(r2.header("date").is_some());
+    assert!(r2.header("age").is_some_and(|a| a.parse::<u64>().is_ok()));
+    assert!(r2.header("via").is_some_and(|v| v.starts_with("1.1 vcdn-")));
+    assert_eq!(r2.header("etag"), Some("\"size-43\""));
+    assert_eq!(origin_count(o.addr, "/size/43").await, 1);
+    // HEAD is answered from the cache too, without a body.
+    let h = request(c.addr, "HEAD", "/size/43", &[], b"").await;
+    assert_eq!(x_cache(&h), "HIT");
+    assert_eq!(h.header("content-length"), Some("43"));
+    assert!(h.body.is_empty());
+}
+
+#[tokio::test]
+async fn fifty_concurrent_clients_make_one_upstream_request() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    // 2 MB at 8 MB/s: the fetch lasts a quarter of a second.
+    let path = "/size/2000000?rate=8000000";
+    let tasks: Vec<_> = (0..50)
+        .map(|_| tokio::spawn(async move { get(c.addr, path).await }))
+        .collect();
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    let want = synth(2_000_000);
+    for r in &results {
+        assert_eq!(r.status(), 200);
+        assert!(r.body == want, "every client gets the whole object");
+    }
+    let misses = results.iter().filter(|r| x_cache(r) == "MISS").count();
+    let joined = results.iter().filter(|r| x_cache(r) == "COALESCED").count();
+    assert_eq!(misses + joined, 50, "all were misses at first");
+    assert_eq!(misses, 1);
+    assert_eq!(
+        origin_count(o.addr, "/size/2000000").await,
+        1,
+        "one upstream request"
+    );
+    assert_eq!(x_cache(&get(c.addr, path).await), "HIT");
+}
+
+/// Reads the first body bytes of a response, returning when they came.
+async fn first_byte_after(addr: std::net::SocketAddr, path: &str) -> (Duration, usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let start = Instant::now();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 65536];
+    let mut got = Vec::new();
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "connection closed early");
+        got.extend_from_slice(&buf[..n]);
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() > i + 4 {
+                let elapsed = start.elapsed();
+                // Drain the rest so the stream completes.
+                while s.read(&mut buf).await.unwrap_or(0) > 0 {}
+                return (elapsed, got.len());
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn clients_get_bytes_as_they_arrive_not_after_the_whole_object() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    // Known length: 1 MB at 1 MB/s takes a second; bytes must flow long before.
+    let a = tokio::spawn(first_byte_after(c.addr, "/size/1000000?rate=1000000"));
+    let b = tokio::spawn(first_byte_after(c.addr, "/size/1000000?rate=1000000"));
+    for t in [a, b] {
+        let (ttfb, _) = t.await.unwrap();
+        assert!(
+            ttfb < Duration::from_millis(500),
+            "first byte after {ttfb:?}"
+        );
+    }
+    assert_eq!(origin_count(o.addr, "/size/1000000").await, 1);
+    // Unknown length (chunked live stream): 10 pieces 100 ms apart.
+    let path = "/stream?chunks=10&interval_ms=100&size=100&cc=max-age%3D60";
+    let a = tokio::spawn(first_byte_after(c.addr, path));
+    let b = tokio::spawn(first_byte_after(c.addr, path));
+    for t in [a, b] {
+        let (ttfb, _) = t.await.unwrap();
+        assert!(
+            ttfb < Duration::from_millis(500),
+            "first chunk after {ttfb:?}"
+        );
+    }
+    assert_eq!(origin_count(o.addr, "/stream").await, 1);
+    let r = get(c.addr, path).await;
+    assert_eq!(x_cache(&r), "HIT");
+    assert!(r.text().starts_with("chunk 0 ") && r.text().contains("chunk 9 "));
+}
+
+#[tokio::test]
+async fn objects_larger_than_memory_are_streamed_to_all_clients_once() {
+    let o = origin();
+    let c = cache(o.addr, &["--memory", "1M"]);
+    let path = "/size/8000000?rate=40000000";
+    let tasks: Vec<_> = (0..10)
+        .map(|_| tokio::spawn(async move { get(c.addr, path).await }))
+        .collect();
+    let want = synth(8_000_000);
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert!(r.body == want);
+    }
+    assert_eq!(origin_count(o.addr, "/size/8000000").await, 1);
+    // Too large to keep: the next request fetches again.
+    assert_eq!(x_cache(&get(c.addr, path).await), "MISS");
+    let stats: serde_json::Value =
+        serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+    assert!(stats["memory"]["bytes"].as_u64().unwrap() <= 1 << 20);
+}
+
+#[tokio::test]
+async fn purge_by_url_prefix_and_all_through_api_and_ctl() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    for p in ["/size/10", "/size/11", "/size/12"] {
+        get(c.addr, p).await;
+        assert_eq!(x_cache(&get(c.addr, p).await), "HIT");
+    }
+    let r = admin(&c, "POST", "/purge", r#"{"url": "/size/10"}"#).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().trim(), r#"{"purged":1}"#);
+    assert_eq!(x_cache(&get(c.addr, "/size/10").await), "MISS");
+    assert_eq!(x_cache(&get(c.addr, "/size/11").await), "HIT");
+
+    // The same through `vcdn cache ctl`.
+    let admin_addr = c.admin.unwrap().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args([
+            "cache",
+            "ctl",
+            "--admin",
+            &admin_addr,
+            "--token",
+            TOKEN,
+            "purge",
+            "--prefix",
+            "/size/1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"purged\": 3"));
+    assert_eq!(x_cache(&get(c.addr, "/size/12").await), "MISS");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args([
+            "cache",
+            "ctl",
+            "--admin",
+            &admin_addr,
+            "--token",
+            "wrong",
+            "stats",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+
+    let r = admin(&c, "POST", "/purge", r#"{"all": true}"#).await;
+    assert_eq!(r.status(), 200);
+    let r = admin(&c, "POST", "/purge", r#"{"nothing": 1}"#).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+}
+
+#[tokio::test]
+async fn control_api_lists_objects_with_statistics_and_prefetches() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    let r = admin(&c, "POST", "/prefetch", r#"{"url": "/size/500"}"#).await;
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["cached"], true);
+    assert_eq!(x_cache(&get(c.addr, "/size/500").await), "HIT");
+    get(c.addr, "/size/500").await;
+    let list: serde_json::Value =
+        serde_json::from_slice(&admin(&c, "GET", "/objects", "").await.body).unwrap();
+    let obj = &list["objects"][0];
+    assert_eq!(obj["url"], "/size/500");
+    assert_eq!(obj["hits"], 2);
+    assert_eq!(obj["misses"], 1);
+    assert_eq!(obj["bytes_served"], 1000);
+    assert_eq!(obj["size"], 500);
+    assert!(obj["last_access"].as_u64().unwrap() > 0);
+    let one = admin(
+        &c,
+        "GET",
+        &format!("/objects/{}", obj["id"].as_str().unwrap()),
+        "",
+    )
+    .await;
+    assert_eq!(one.status(), 200);
+    assert!(one.text().contains("\"lifetime_s\":3600"));
+
+    // Unauthenticated: only health and metrics.
+    let admin_addr = c.admin.unwrap();
+    assert_eq!(get(admin_addr, "/stats").await.status(), 401);
+    assert_eq!(get(admin_addr, "/healthz").await.status(), 200);
+    let m = get(admin_addr, "/metrics").await;
+    assert!(m
+        .text()
+        .contains("vcdn_cache_requests_total{result=\"HIT\"} 2"));
+    assert!(m.text().contains("vcdn_cache_memory_objects 1"));
+}
+
+#[tokio::test]
+async fn disk_tier_survives_a_restart_and_drops_corrupt_files() {
+    let o = origin();
+    let dir = tempdir("disk");
+    let d = dir.to_string_lossy().into_owned();
+    let c = cache(o.addr, &["--disk", &d, "--disk-size", "64M"]);
+    for p in ["/size/1000", "/size/2000"] {
+        assert_eq!(x_cache(&get(c.addr, p).await), "MISS");
+    }
+    let written = eventually(5, || async {
+        let s: serde_json::Value =
+            serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+        s["disk"]["objects"] == 2
+    })
+    .await;
+    assert!(written, "objects reach the disk tier");
+    c.kill();
+    // Corrupt the file of /size/2000: flip a byte in the middle.
+    let files: Vec<_> = walk(&dir);
+    assert_eq!(files.len(), 2);
+    for f in &files {
+        let data = std::fs::read(f).unwrap();
+        if data.windows(10).any(|w| w == b"/size/2000") {
+            let mut bad = data.clone();
+            let mid = bad.len() / 2;
+            bad[mid] ^= 0xff;
+            std::fs::write(f, bad).unwrap();
+        }
+    }
+    let c = cache(o.addr, &["--disk", &d, "--disk-size", "64M"]);
+    let ok = eventually(5, || async {
+        let s: serde_json::Value =
+            serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+        s["disk"]["objects"] == 1
+    })
+    .await;
+    assert!(ok, "index rebuilt with the good object only");
+    let r = get(c.addr, "/size/1000").await;
+    assert_eq!(x_cache(&r), "HIT");
+    assert_eq!(r.body, synth(1000));
+    assert_eq!(x_cache(&get(c.addr, "/size/2000").await), "MISS");
+    assert_eq!(origin_count(o.addr, "/size/1000").await, 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn conditional_and_range_requests() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    get(c.addr, "/size/100").await;
+    let r = get_with(c.addr, "/size/100", &[("If-None-Match", "\"size-100\"")]).await;
+    assert_eq!(r.status(), 304);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("etag"), Some("\"size-100\""));
+    let r = get_with(
+        c.addr,
+        "/size/100",
+        &[("If-Modified-Since", "Fri, 02 Jan 2026 00:00:00 GMT")],
+    )
+    .await;
+    assert_eq!(r.status(), 304);
+    let r = get_with(
+        c.addr,
+        "/size/100",
+        &[("If-Modified-Since", "Wed, 31 Dec 2025 00:00:00 GMT")],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let r = get_with(c.addr, "/size/100", &[("Range", "bytes=10-19")]).await;
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.header("content-range"), Some("bytes 10-19/100"));
+    assert_eq!(&r.body[..], &synth(100)[10..20]);
+    let r = get_with(c.addr, "/size/100", &[("Range", "bytes=-5")]).await;
+    assert_eq!(&r.body[..], &synth(100)[95..]);
+    let r = get_with(c.addr, "/size/100", &[("Range", "bytes=100-")]).await;
+    assert_eq!(r.status(), 416);
+    assert_eq!(r.header("content-range"), Some("bytes */100"));
+    // A range on a miss is cut from the streamed fill.
+    let r = get_with(c.addr, "/size/5000", &[("Range", "bytes=4990-")]).await;
+    assert_eq!(r.status(), 206);
+    assert_eq!(x_cache(&r), "MISS");
+    assert_eq!(&r.body[..], &synth(5000)[4990..]);
+    assert_eq!(x_cache(&get(c.addr, "/size/5000").await), "HIT");
+}
+
+#[tokio::test]
+async fn keep_alive_and_pipelining_answer_in_order() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    get(c.addr, "/size/5").await;
+    let req = "GET /size/5 HTTP/1.1\r\nHost: a\r\n\r\nGET /size/6 HTTP/1.1\r\nHost: a\r\n\r\nGET /size/5 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let out = raw(c.addr, req.as_bytes(), Duration::from_secs(5));
+    let statuses: Vec<_> = out.match_indices("HTTP/1.1 200 OK").collect();
+    assert_eq!(statuses.len(), 3, "{out}");
+    let caches: Vec<&str> = out.lines().filter(|l| l.starts_with("X-Cache:")).collect();
+    assert_eq!(caches, ["X-Cache: HIT", "X-Cache: MISS", "X-Cache: HIT"]);
+    assert!(out.ends_with("01234"), "{out}");
+}
+
+#[tokio::test]
+async fn malformed_requests_get_the_right_status() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    let t = Duration::from_secs(5);
+    let cases: [(&str, u16); 9] = [
+        ("GET /size/1 HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        ("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
+        ("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
+        ("GET /size/1 HTTP/1.1\r\nHost: a\r\nX: a\r\n folded\r\n\r\n", 400),
+        ("GET /size/1 HTTP/1.1\r\n\r\n", 400),
+        ("GET /size/1 HTTP/2.0\r\nHost: a\r\n\r\n", 505),
+        ("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        ("BREW /size/1 HTTP/1.1\r\nHost: a\r\n\r\n", 200),
+        ("GET /size/1 HTTP/1.1\r\nHost: a\r\n\r\n", 200),
+    ];
+    for (req, want) in cases {
+        let out = raw(c.addr, req.as_bytes(), t);
+        // BREW passes through to the origin, which answers 404.
+        let want = if req.starts_with("BREW") { 404 } else { want };
+        assert_eq!(status_of(&out), want, "{req:?} -> {out}");
+    }
+    let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(10_000));
+    assert_eq!(status_of(&raw(c.addr, long.as_bytes(), t)), 414);
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+        "b".repeat(40_000)
+    );
+    assert_eq!(status_of(&raw(c.addr, big.as_bytes(), t)), 431);
+    let many: String = (0..150).map(|i| format!("X-{i}: v\r\n")).collect();
+    let req = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
+    assert_eq!(status_of(&raw(c.addr, req.as_bytes(), t)), 431);
+    let out = raw(c.addr, b"GET /size/1 HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", t);
+    assert!(
+        out.contains("both Content-Length and Transfer-Encoding"),
+        "{out}"
+    );
+    // The cache still works.
+    assert_eq!(get(c.addr, "/size/1").await.status(), 200);
+}
+
+#[tokio::test]
+async fn slow_clients_time_out_without_hurting_others() {
+    let o = origin();
+    let dir = tempdir("slowloris");
+    let cfg = write_config(&dir, "header_timeout_ms = 800\n");
+    let c = cache(o.addr, &["--config", &cfg]);
+    let addr = c.addr;
+    let slow = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let start = Instant::now();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut out = Vec::new();
+        for b in b"GET /size/1 HTTP/1.1\r\nHost: slow\r\nX-Slow: "
+            .iter()
+            .cycle()
+        {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            let mut buf = [0u8; 1024];
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+            if start.elapsed() > Duration::from_secs(5) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = s.read_to_end(&mut out);
+        (start.elapsed(), String::from_utf8_lossy(&out).into_owned())
+    });
+    // Meanwhile others are served.
+    for _ in 0..5 {
+        assert_eq!(get(c.addr, "/size/3").await.status(), 200);
+    }
+    let (took, out) = slow.join().unwrap();
+    assert_eq!(status_of(&out), 408, "{out}");
+    assert!(took < Duration::from_secs(3), "cut after {took:?}");
+}
+
+#[tokio::test]
+async fn an_origin_dying_mid_body_is_not_cached() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    let path = "/size/200000?fail_after=100000";
+    let r =
+        vcdn_http::client::request(c.addr, "GET", path, &[], b"", Duration::from_secs(10)).await;
+    assert!(
+        r.is_err(),
+        "the client sees a truncated response, not a complete one"
+    );
+    let r =
+        vcdn_http::client::request(c.addr, "GET", path, &[], b"", Duration::from_secs(10)).await;
+    assert!(r.is_err());
+    assert_eq!(
+        origin_count(o.addr, "/size/200000").await,
+        2,
+        "the partial object was not cached"
+    );
+    let s: serde_json::Value =
+        serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+    assert_eq!(s["memory"]["objects"], 0);
+    assert!(s["upstream"]["errors"].as_u64().unwrap() >= 2);
+}
+
+#[tokio::test]
+async fn upstream_down_or_slow_gives_502_or_504_with_a_clear_body() {
+    let o = origin();
+    let dir = tempdir("timeouts");
+    let cfg = write_config(&dir, "upstream_read_timeout_ms = 300\n");
+    let c = cache(o.addr, &["--config", &cfg]);
+    let r = get(c.addr, "/size/10?delay_ms=2000").await;
+    assert_eq!(r.status(), 504);
+    assert!(
+        r.text().contains("did not answer") || r.text().contains("sent nothing"),
+        "{}",
+        r.text()
+    );
+    o.kill();
+    let r = get(c.addr, "/size/10").await;
+    assert_eq!(r.status(), 502);
+    assert!(
+        r.text().contains("cannot connect to upstream"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(x_cache(&r), "ERROR");
+}
+
+#[tokio::test]
+async fn stale_if_error_serves_the_stored_copy_when_the_origin_is_gone() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    let path = "/size/20?cc=max-age%3D1,%20stale-if-error%3D60";
+    assert_eq!(x_cache(&get(c.addr, path).await), "MISS");
+    o.kill();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let r = get(c.addr, path).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(x_cache(&r), "STALE");
+    assert_eq!(r.body, synth(20));
+}
+
+#[tokio::test]
+async fn stale_while_revalidate_answers_at_once_and_refreshes_in_background() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    let path = "/size/21?cc=max-age%3D1,%20stale-while-revalidate%3D30";
+    get(c.addr, path).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let r = get(c.addr, path).await;
+    assert_eq!(x_cache(&r), "STALE");
+    let refreshed = eventually(5, || async { origin_count(o.addr, "/size/21").await == 2 }).await;
+    assert!(refreshed, "revalidated in the background");
+    let hit = eventually(5, || async { x_cache(&get(c.addr, path).await) == "HIT" }).await;
+    assert!(hit);
+}
+
+#[tokio::test]
+async fn no_cache_responses_are_revalidated_with_their_etag() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    let path = "/size/30?cc=no-cache";
+    assert_eq!(x_cache(&get(c.addr, path).await), "MISS");
+    let r = get(c.addr, path).await;
+    assert_eq!(x_cache(&r), "REVALIDATED");
+    assert_eq!(r.body, synth(30));
+    assert_eq!(origin_count(o.addr, "/size/30").await, 2);
+    // A client's no-cache forces revalidation of a fresh object too.
+    get(c.addr, "/size/31").await;
+    let r = get_with(c.addr, "/size/31", &[("Cache-Control", "no-cache")]).await;
+    assert_eq!(x_cache(&r), "REVALIDATED");
+}
+
+#[tokio::test]
+async fn what_may_not_be_stored_is_not_stored() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    for cc in ["no-store", "private,%20max-age%3D60"] {
+        let path = format!("/size/40?cc={cc}");
+        get(c.addr, &path).await;
+        let r = get(c.addr, &path).await;
+        assert_eq!(x_cache(&r), "MISS", "{cc}");
+    }
+    // CDN-Cache-Control wins over Cache-Control (RFC 9213).
+    let path = "/size/41?cc=no-store&cdn_cc=max-age%3D60";
+    get(c.addr, path).await;
+    assert_eq!(x_cache(&get(c.addr, path).await), "HIT");
+    let path = "/size/42?cc=max-age%3D60&cdn_cc=no-store";
+    get(c.addr, path).await;
+    assert_eq!(x_cache(&get(c.addr, path).await), "MISS");
+}
+
+#[tokio::test]
+async fn vary_keeps_one_variant_per_selected_header() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    let path = "/size/50?vary=Accept-Encoding";
+    let gz = [("Accept-Encoding", "gzip")];
+    let br = [("Accept-Encoding", "br")];
+    let r = get_with(c.addr, path, &gz).await;
+    assert_eq!(r.header("x-variant"), Some("gzip"));
+    let r = get_with(c.addr, path, &br).await;
+    assert_eq!(x_cache(&r), "MISS");
+    assert_eq!(r.header("x-variant"), Some("br"));
+    let r = get_with(c.addr, path, &gz).await;
+    assert_eq!(x_cache(&r), "HIT");
+    assert_eq!(r.header("x-variant"), Some("gzip"));
+    let r = get_with(c.addr, path, &br).await;
+    assert_eq!(x_cache(&r), "HIT");
+    assert_eq!(r.header("x-variant"), Some("br"));
+}
+
+#[tokio::test]
+async fn unsafe_methods_pass_through_and_invalidate() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    get(c.addr, "/size/60").await;
+    assert_eq!(x_cache(&get(c.addr, "/size/60").await), "HIT");
+    let r = request(c.addr, "POST", "/size/60", &[], b"new").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(x_cache(&r), "PASS");
+    assert_eq!(x_cache(&get(c.addr, "/size/60").await), "MISS");
+    let r = request(c.addr, "POST", "/echo", &[], b"hello body").await;
+    assert_eq!(r.text(), "hello body");
+}
+
+#[tokio::test]
+async fn a_parent_cache_serves_a_child_cache() {
+    let o = origin();
+    let parent = cache(o.addr, &[]);
+    let child = cache(parent.addr, &[]);
+    let r = get(child.addr, "/size/70").await;
+    assert_eq!(x_cache(&r), "MISS");
+    let via = r.header("via").unwrap();
+    assert_eq!(via.matches("vcdn-").count(), 2, "{via}");
+    assert_eq!(x_cache(&get(child.addr, "/size/70").await), "HIT");
+    // A second child finds it in the parent.
+    let child2 = cache(parent.addr, &[]);
+    get(child2.addr, "/size/70").await;
+    assert_eq!(origin_count(o.addr, "/size/70").await, 1);
+    let m = get(parent.admin.unwrap(), "/metrics").await;
+    assert!(m
+        .text()
+        .contains("vcdn_cache_requests_total{result=\"HIT\"} 1"));
+}
+
+#[tokio::test]
+async fn ten_thousand_idle_connections_use_bounded_memory() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    get(c.addr, "/size/1").await;
+    let pid = c.child.id();
+    let before = rss_kib(pid);
+    let mut conns = Vec::with_capacity(10_000);
+    for i in 0..10_000 {
+        match tokio::net::TcpStream::connect(c.addr).await {
+            Ok(s) => conns.push(s),
+            Err(e) => panic!("connection {i}: {e}"),
+        }
+    }
+    let all_open = eventually(10, || async {
+        let s: serde_json::Value =
+            serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+        s["connections_open"].as_u64().unwrap_or(0) >= 10_000
+    })
+    .await;
+    assert!(all_open, "the cache holds all 10,000 connections");
+    let after = rss_kib(pid);
+    let per_conn = (after.saturating_sub(before)) * 1024 / 10_000;
+    eprintln!("RSS {before} KiB -> {after} KiB with 10,000 idle connections ({per_conn} B each)");
+    assert!(
+        after - before < 40 * 1024,
+        "10,000 idle connections cost {} KiB",
+        after - before
+    );
+    // And it still serves.
+    assert_eq!(get(c.addr, "/size/1").await.status(), 200);
+    drop(conns);
+}

@@ -1,0 +1,219 @@
+//! Test support: start real `vcdn` processes on loopback and talk to them.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use vcdn_http::client::{self, ClientResponse};
+
+pub const TOKEN: &str = "test-token";
+
+/// A running `vcdn` process, killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub admin: Option<SocketAddr>,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `vcdn ARGS` and wait (at most 10 s) for it to print its addresses.
+pub fn spawn(args: &[&str]) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(args)
+        .env("VCDN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("vcdn starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let want_admin = args.contains(&"--admin");
+    let (mut addr, mut admin) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while addr.is_none() || (want_admin && admin.is_none()) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("vcdn {args:?} did not start"));
+        let parse = |l: &str| -> Option<SocketAddr> {
+            l.split("http://")
+                .nth(1)?
+                .split([' ', ')'])
+                .next()?
+                .trim_end_matches('/')
+                .parse()
+                .ok()
+        };
+        if line.contains("admin on") {
+            admin = parse(&line);
+        } else if line.contains("listening on") {
+            addr = parse(&line);
+        }
+    }
+    Proc {
+        child,
+        addr: addr.expect("address"),
+        admin,
+    }
+}
+
+pub fn origin() -> Proc {
+    spawn(&["origin", "--listen", "127.0.0.1:0"])
+}
+
+/// A cache in front of `upstream` with an admin API, plus extra flags.
+pub fn cache(upstream: SocketAddr, extra: &[&str]) -> Proc {
+    let up = format!("http://{upstream}");
+    let mut args = vec![
+        "cache",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--admin",
+        "127.0.0.1:0",
+        "--admin-token",
+        TOKEN,
+        "--threads",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    spawn(&args)
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> ClientResponse {
+    get_with(addr, path, &[]).await
+}
+
+pub async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> ClientResponse {
+    client::request(addr, "GET", path, headers, b"", Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> ClientResponse {
+    client::request(addr, method, path, headers, body, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+pub fn x_cache(r: &ClientResponse) -> String {
+    r.header("x-cache").unwrap_or("").to_string()
+}
+
+/// Requests the demo origin has served for `path`.
+pub async fn origin_count(origin: SocketAddr, path: &str) -> u64 {
+    let r = get(origin, "/_origin/requests").await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+    v[path].as_u64().unwrap_or(0)
+}
+
+/// An admin API call with the token.
+pub async fn admin(cache: &Proc, method: &str, path: &str, body: &str) -> ClientResponse {
+    let auth = format!("Bearer {TOKEN}");
+    request(
+        cache.admin.expect("admin"),
+        method,
+        path,
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        body.as_bytes(),
+    )
+    .await
+}
+
+/// The expected bytes of the demo origin's synthetic object of size n.
+pub fn synth(n: usize) -> Vec<u8> {
+    (0..n as u64).map(vcdn_origin::byte_at).collect()
+}
+
+/// Send raw bytes on a new connection and read until the server closes
+/// it or `timeout` passes.
+pub fn raw(addr: SocketAddr, data: &[u8], timeout: Duration) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(timeout)).expect("timeout");
+    s.write_all(data).expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Status code of the first response in a raw reply.
+pub fn status_of(raw: &str) -> u16 {
+    raw.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// Poll `f` every 20 ms until it is true, at most `secs` seconds.
+pub async fn eventually<F, Fut>(secs: u64, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+pub fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vcdn-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tempdir");
+    d
+}
+
+pub fn write_config(dir: &Path, text: &str) -> String {
+    let p = dir.join("cache.toml");
+    std::fs::write(&p, text).expect("config");
+    p.to_string_lossy().into_owned()
+}
+
+/// Resident memory of a process, KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# vcdn's test command (the README's, and CI's): formatting, lints, then every
+# unit and integration test. Integration tests start real vcdn processes on
+# loopback; nothing else needs installing beyond the Rust toolchain.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# rustfmt and clippy ship with rustup's default profile; add them only if absent.
+for c in rustfmt clippy; do
+  if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    rustup component add "$c"
+  fi
+done
+
+# The idle-connection test opens 10,000 sockets.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy --all-targets -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace
