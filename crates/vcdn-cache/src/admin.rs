@@ -406,7 +406,9 @@ async fn prefetch(cache: &Arc<Cache>, body: &[u8]) -> Response {
                 Err(e) => return Response::problem(e.status.max(502), &e.message),
             }
         },
-        crate::proxy::ReplyBody::Full(b) => size = b.len() as u64,
+        crate::proxy::ReplyBody::Full(b) | crate::proxy::ReplyBody::Shared { bytes: b, .. } => {
+            size = b.len() as u64
+        }
         crate::proxy::ReplyBody::Empty => {}
     }
     let cached = {

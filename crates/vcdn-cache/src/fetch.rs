@@ -14,11 +14,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use vcdn_http::Headers;
 
+use crate::body::Body;
 use crate::key::ObjectId;
 use crate::object::{CachedObject, ObjectStats};
 use crate::policy::Freshness;
@@ -203,22 +204,15 @@ impl Fetch {
     }
 
     /// The whole body, if it completed and was kept whole.
-    pub fn complete_body(&self) -> Option<Bytes> {
-        let st = self.inner.lock();
-        if !st.keep_all || !matches!(st.done, Some(Ok(()))) {
-            return None;
-        }
-        match st.chunks.len() {
-            0 => Some(Bytes::new()),
-            1 => Some(st.chunks[0].1.clone()),
-            _ => {
-                let mut b = BytesMut::with_capacity(st.received as usize);
-                for (_, c) in &st.chunks {
-                    b.extend_from_slice(c);
-                }
-                Some(b.freeze())
+    pub fn complete_body(&self) -> Option<Body> {
+        let chunks: Vec<Bytes> = {
+            let st = self.inner.lock();
+            if !st.keep_all || !matches!(st.done, Some(Ok(()))) {
+                return None;
             }
-        }
+            st.chunks.iter().map(|(_, c)| c.clone()).collect()
+        };
+        Some(Body::assemble(&chunks))
     }
 
     /// (bytes received, expected length if known, readers).
@@ -390,7 +384,7 @@ mod tests {
             assert_eq!(t.await.unwrap().unwrap().len(), 1000);
         }
         assert_eq!(late.await.unwrap().unwrap().len(), 1000);
-        assert_eq!(f.complete_body().unwrap().len(), 1000);
+        assert_eq!(f.complete_body().unwrap().bytes.len(), 1000);
     }
 
     #[tokio::test]

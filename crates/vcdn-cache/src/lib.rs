@@ -17,6 +17,7 @@
 //! - [`admin`] and [`ctl`]: the control API and its client.
 
 pub mod admin;
+pub mod body;
 pub mod config;
 pub mod ctl;
 pub mod fetch;

@@ -2,6 +2,7 @@
 //! misses, last access and download progress per file) and its on-disk
 //! encoding.
 
+use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -63,6 +64,8 @@ pub struct CachedObject {
     /// `headers` serialised once, so a hit copies one block.
     pub head_block: Bytes,
     pub body: Bytes,
+    /// The shared-memory file holding `body`, when it is large (see `body`).
+    pub file: Option<Arc<File>>,
     /// The Vary field names of this response (empty: no Vary).
     pub vary: Vec<Bytes>,
     pub freshness: Freshness,
@@ -80,6 +83,7 @@ pub struct ObjectParts {
     pub status: u16,
     pub headers: Headers,
     pub body: Bytes,
+    pub file: Option<Arc<File>>,
     pub vary: Vec<Bytes>,
     pub freshness: Freshness,
     pub response_time: u64,
@@ -99,6 +103,7 @@ impl CachedObject {
             headers: p.headers,
             head_block: Bytes::from(block),
             body: p.body,
+            file: p.file,
             vary: p.vary,
             freshness: p.freshness,
             response_time: p.response_time,
@@ -255,6 +260,7 @@ fn decode_meta(m: &mut Bytes, body: Bytes) -> Option<CachedObject> {
         status,
         headers,
         body,
+        file: None,
         vary,
         freshness: Freshness {
             storable: true,
@@ -284,6 +290,7 @@ pub(crate) mod tests {
             status: 200,
             headers,
             body: Bytes::copy_from_slice(body),
+            file: None,
             vary: vec![Bytes::from_static(b"accept-encoding")],
             freshness: Freshness {
                 storable: true,

@@ -25,6 +25,13 @@ use crate::upstream::{Upstream, UpstreamConfig, UpstreamRequest};
 pub enum ReplyBody {
     Empty,
     Full(Bytes),
+    /// A stored body in a shared-memory file: `bytes` is `len` bytes of
+    /// `file` from `offset`, sent with sendfile when large.
+    Shared {
+        bytes: Bytes,
+        file: Arc<std::fs::File>,
+        offset: u64,
+    },
     /// Bytes cloned from an upstream fetch as they arrive: skip `skip`
     /// bytes, then send at most `take` (ranges), chunk-encoded or not.
     Stream {
@@ -439,7 +446,7 @@ impl Cache {
             return self.not_modified(ctx, &o.headers, age, status, stats);
         }
         let len = o.body.len() as u64;
-        let mut range = None;
+        let mut range: Option<(u64, u64)> = None;
         let (code, body) = if o.status == 200 {
             match policy::resolve_range(&ctx.req.headers, &o.headers, len) {
                 RangeAnswer::Full => (200, o.body.clone()),
@@ -480,6 +487,12 @@ impl Cache {
             head,
             body: if ctx.head_only || code == 204 || code == 304 {
                 ReplyBody::Empty
+            } else if let Some(file) = &o.file {
+                ReplyBody::Shared {
+                    bytes: body,
+                    file: file.clone(),
+                    offset: range.map_or(0, |r| r.0),
+                }
             } else {
                 ReplyBody::Full(body)
             },
@@ -745,7 +758,8 @@ impl Cache {
                     primary: fetch.key.clone(),
                     status,
                     headers,
-                    body,
+                    body: body.bytes,
+                    file: body.file,
                     vary,
                     freshness,
                     response_time,
@@ -803,6 +817,7 @@ impl Cache {
             status: old.status,
             headers,
             body: old.body.clone(),
+            file: old.file.clone(),
             vary: old.vary.clone(),
             freshness,
             response_time,

@@ -303,6 +303,22 @@ impl Conn<'_> {
         match reply.body {
             ReplyBody::Empty => {}
             ReplyBody::Full(b) if head_only => drop(b),
+            ReplyBody::Shared {
+                bytes,
+                file,
+                offset,
+            } => {
+                if let Some(s) = &stats {
+                    s.served(bytes.len() as u64);
+                }
+                if head_only {
+                } else if bytes.len() <= INLINE_BODY {
+                    self.out.extend_from_slice(&bytes);
+                } else {
+                    self.flush().await?;
+                    self.send_file(&file, offset, bytes.len() as u64).await?;
+                }
+            }
             ReplyBody::Full(b) => {
                 if let Some(s) = &stats {
                     s.served(b.len() as u64);
@@ -378,6 +394,48 @@ impl Conn<'_> {
             self.flush().await?;
         }
         Ok(true)
+    }
+
+    /// Send `len` bytes of `file` from `offset` with sendfile(2): the kernel
+    /// hands the file's pages to the socket without a copy in user space.
+    async fn send_file(
+        &mut self,
+        file: &std::fs::File,
+        offset: u64,
+        len: u64,
+    ) -> std::io::Result<()> {
+        let wait = Duration::from_millis(self.cache.cfg.send_timeout_ms);
+        let mut off = offset;
+        let end = offset + len;
+        while off < end {
+            let chunk = (end - off).min(1 << 30) as usize;
+            let sent = tokio::time::timeout(
+                wait,
+                self.stream.async_io(tokio::io::Interest::WRITABLE, || {
+                    rustix::fs::sendfile(&self.stream, file, Some(&mut off), chunk)
+                        .map_err(std::io::Error::from)
+                }),
+            )
+            .await;
+            match sent {
+                Ok(Ok(0)) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::WriteZero,
+                        "sendfile sent nothing",
+                    ))
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "client did not read the response in time",
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn flush(&mut self) -> std::io::Result<()> {

@@ -332,6 +332,14 @@ async fn conditional_and_range_requests() {
     assert_eq!(x_cache(&r), "MISS");
     assert_eq!(&r.body[..], &synth(5000)[4990..]);
     assert_eq!(x_cache(&get(c.addr, "/size/5000").await), "HIT");
+    // Large objects are sent from shared memory with sendfile: whole and in part.
+    get(c.addr, "/size/300000").await;
+    let r = get(c.addr, "/size/300000").await;
+    assert_eq!(x_cache(&r), "HIT");
+    assert!(r.body == synth(300_000));
+    let r = get_with(c.addr, "/size/300000", &[("Range", "bytes=100000-249999")]).await;
+    assert_eq!(r.status(), 206);
+    assert!(r.body[..] == synth(300_000)[100_000..250_000]);
 }
 
 #[tokio::test]
