@@ -157,6 +157,7 @@ pub fn stats(cache: &Cache) -> Value {
             "url": cache.upstream.url(),
             "requests": g(&m.upstream_requests),
             "errors": g(&m.upstream_errors),
+            "retries": g(&cache.upstream.retries),
             "bytes": g(&m.upstream_bytes),
             "idle_connections": cache.upstream.idle_connections(),
             "fetches_in_flight": cache.inflight().len(),
@@ -216,7 +217,9 @@ fn metrics(cache: &Cache) -> Response {
     Response::new(
         200,
         "text/plain; version=0.0.4",
-        cache.metrics.render(&gauges),
+        cache
+            .metrics
+            .render(cache.upstream.retries.load(Ordering::Relaxed), &gauges),
     )
 }
 

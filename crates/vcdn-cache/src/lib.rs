@@ -129,10 +129,7 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                             });
                         }
                     }
-                    match tokio::net::TcpListener::from_std(l) {
-                        Ok(l) => server::accept_loop(cache, l).await,
-                        Err(e) => tracing::error!(error = %e, "listener"),
-                    }
+                    server::accept_loop(cache, l).await;
                 });
             })
             .map_err(|e| format!("cannot start thread: {e}"))?;

@@ -72,7 +72,6 @@ pub struct Metrics {
     pub upstream_requests: AtomicU64,
     pub upstream_errors: AtomicU64,
     pub upstream_bytes: AtomicU64,
-    pub upstream_retries: AtomicU64,
     pub evictions: AtomicU64,
     pub purged: AtomicU64,
 }
@@ -96,7 +95,8 @@ impl Metrics {
     }
 
     /// Render with the store and fetch gauges given by the caller.
-    pub fn render(&self, gauges: &[(&str, &str, u64)]) -> String {
+    /// Render; `upstream_retries` comes from the upstream client.
+    pub fn render(&self, upstream_retries: u64, gauges: &[(&str, &str, u64)]) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let mut o = String::with_capacity(4096);
         o.push_str("# HELP vcdn_cache_requests_total Requests by how the cache answered them (X-Cache).\n# TYPE vcdn_cache_requests_total counter\n");
@@ -112,6 +112,7 @@ impl Metrics {
         for (i, c) in self.responses.iter().enumerate().skip(1) {
             let _ = writeln!(o, "vcdn_cache_responses_total{{class=\"{i}xx\"}} {}", g(c));
         }
+        let retries = AtomicU64::new(upstream_retries);
         let counters: [(&str, &str, &AtomicU64); 11] = [
             (
                 "vcdn_cache_body_bytes_sent_total",
@@ -156,7 +157,7 @@ impl Metrics {
             (
                 "vcdn_cache_upstream_retries_total",
                 "Idempotent requests retried on a failed upstream connection.",
-                &self.upstream_retries,
+                &retries,
             ),
             (
                 "vcdn_cache_evictions_total",

@@ -156,6 +156,27 @@ impl Cache {
         }
     }
 
+    /// The fast path: a fresh hit in memory is answered without entering
+    /// the asynchronous machinery. `None`: go through [`Cache::handle`].
+    pub fn try_hit(&self, req: &RequestHead) -> Option<Reply> {
+        if !matches!(req.method, Method::Get | Method::Head) || req.headers.contains(b"via") {
+            return None;
+        }
+        let primary = req.target.slice_ref(req.path_and_query());
+        let (id, key) = self.store.resolve(&primary, &req.headers);
+        let o = self.store.get_memory(id, &key)?;
+        let now = date::unix_now();
+        if policy::usable(&o.freshness, o.age(now), &req.headers, &self.policy) != Usable::Fresh {
+            return None;
+        }
+        let ctx = Ctx {
+            req,
+            head_only: req.method == Method::Head,
+            keep_alive: req.keep_alive,
+        };
+        Some(self.object_reply(&ctx, &o, CacheStatus::Hit, now))
+    }
+
     async fn lookup(self: &Arc<Self>, ctx: &Ctx<'_>, peer: IpAddr) -> Reply {
         let req = ctx.req;
         let primary = req.target.slice_ref(req.path_and_query());
@@ -466,8 +487,8 @@ impl Cache {
             head = status_line(code);
         }
         head.extend_from_slice(&o.head_block);
-        push_field(&mut head, "Age", age);
-        push_field(&mut head, "X-Cache", status.as_str());
+        push_num(&mut head, "Age", age);
+        push_str_field(&mut head, "X-Cache", status.as_str());
         if let Some((start, end)) = range {
             push_field(
                 &mut head,
@@ -476,7 +497,7 @@ impl Cache {
             );
         }
         if code != 204 && code != 304 {
-            push_field(&mut head, "Content-Length", body.len());
+            push_num(&mut head, "Content-Length", body.len() as u64);
         }
         let close = !ctx.keep_alive;
         finish_head(&mut head, close);
@@ -910,6 +931,21 @@ fn status_line(code: u16) -> Vec<u8> {
 fn push_field(out: &mut Vec<u8>, name: &str, value: impl std::fmt::Display) {
     use std::io::Write;
     let _ = write!(out, "{name}: {value}\r\n");
+}
+
+fn push_str_field(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `name: n\r\n` without the formatting machinery (hot path).
+fn push_num(out: &mut Vec<u8>, name: &str, n: u64) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 /// End the head: Connection: close when needed, then the empty line.

@@ -10,8 +10,11 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpStream as StdStream;
+
+use rustix::net::{acceptfrom_with, SocketFlags};
+use tokio::io::unix::AsyncFd;
 use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use vcdn_http::{parse_request, BodyFraming, Limits, Method, ParseError, RequestHead};
 
@@ -36,28 +39,60 @@ pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<StdListener> {
 }
 
 /// Accept connections forever on one thread's listener.
-pub async fn accept_loop(cache: Arc<Cache>, listener: TcpListener) {
+pub async fn accept_loop(cache: Arc<Cache>, listener: StdListener) {
+    // SAFETY: the AsyncFd owns the listener, whose descriptor stays open and
+    // unchanged until it is dropped.
+    let listener = match unsafe { AsyncFd::register(listener) } {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot register listener");
+            return;
+        }
+    };
     loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
+        let accepted = async {
+            let mut guard = listener.readable().await?;
+            match guard.try_io(|l| {
+                // One syscall: the socket comes back non-blocking.
+                acceptfrom_with(l.get_ref(), SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)
+                    .map_err(std::io::Error::from)
+            }) {
+                Ok(r) => r.map(Some),
+                Err(_would_block) => Ok(None),
+            }
+        }
+        .await;
+        match accepted {
+            Ok(None) => {}
+            Ok(Some((fd, addr))) => {
                 let m = &cache.metrics;
                 m.connections_total.fetch_add(1, Ordering::Relaxed);
                 if m.connections_open.load(Ordering::Relaxed) >= cache.cfg.max_connections as u64 {
                     m.connections_refused.fetch_add(1, Ordering::Relaxed);
-                    drop(stream);
                     continue;
                 }
+                let peer = addr
+                    .and_then(|a| SocketAddr::try_from(a).ok())
+                    .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+                let stream = StdStream::from(fd);
+                let _ = stream.set_nodelay(true);
+                // SAFETY: as for the listener, the AsyncFd owns the socket.
+                let stream = match unsafe { AsyncFd::register(stream) } {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot register connection");
+                        continue;
+                    }
+                };
                 m.connections_open.fetch_add(1, Ordering::Relaxed);
                 let cache = cache.clone();
-                let fut = async move {
-                    let _ = stream.set_nodelay(true);
+                tokio::spawn(async move {
                     connection(&cache, stream, peer).await;
                     cache
                         .metrics
                         .connections_open
                         .fetch_sub(1, Ordering::Relaxed);
-                };
-                tokio::spawn(fut);
+                });
             }
             Err(e) => {
                 // Out of file descriptors and the like: back off, keep going.
@@ -75,7 +110,10 @@ enum Next {
 
 struct Conn<'a> {
     cache: &'a Arc<Cache>,
-    stream: TcpStream,
+    /// The socket, with readiness we manage ourselves: after a short read
+    /// (or write) the socket is known drained (or full), so readiness is
+    /// cleared without the extra system call that would return EAGAIN.
+    stream: AsyncFd<StdStream>,
     peer: SocketAddr,
     /// Bytes read but not yet parsed. Empty (no allocation) while idle, so
     /// thousands of idle connections cost little memory.
@@ -89,7 +127,7 @@ struct Conn<'a> {
     head_started: Option<Instant>,
 }
 
-async fn connection(cache: &Arc<Cache>, stream: TcpStream, peer: SocketAddr) {
+async fn connection(cache: &Arc<Cache>, stream: AsyncFd<StdStream>, peer: SocketAddr) {
     let cfg = &cache.cfg;
     let mut c = Conn {
         cache,
@@ -130,7 +168,10 @@ impl Conn<'_> {
             };
             // Boxed: the handler's state is large, and an idle connection
             // should not carry it.
-            let reply = Box::pin(self.cache.handle(&head, body, self.peer.ip())).await;
+            let reply = match self.cache.try_hit(&head) {
+                Some(r) => r,
+                None => Box::pin(self.cache.handle(&head, body, self.peer.ip())).await,
+            };
             let close = reply.close || !head.keep_alive;
             let head_only = head.method == Method::Head;
             let clean = Box::pin(self.send(reply, head_only)).await?;
@@ -176,47 +217,68 @@ impl Conn<'_> {
                 (started + Duration::from_millis(cfg.header_timeout_ms))
                     .saturating_duration_since(Instant::now())
             };
-            if idle {
-                // Wait for data without holding a buffer, nor a large
-                // output buffer: idle connections must stay cheap.
-                if self.out.capacity() > 4096 {
-                    self.out = Vec::new();
-                }
-                let deadline = Instant::now() + wait;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    match tokio::time::timeout(left, self.stream.readable()).await {
-                        Ok(r) => r?,
-                        Err(_) => return Ok(Next::Closed),
-                    }
-                    self.rbuf.reserve(4096);
-                    match self.stream.try_read_buf(&mut self.rbuf) {
-                        Ok(0) => return Ok(Next::Closed),
-                        Ok(_) => break,
-                        // Spurious readiness: give the buffer back.
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            self.rbuf = BytesMut::new();
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                continue;
+            if idle && self.out.capacity() > 4096 {
+                // Idle connections must stay cheap.
+                self.out = Vec::new();
             }
-            if self.rbuf.capacity() - self.rbuf.len() < 1024 {
-                self.rbuf.reserve(4096);
-            }
-            match tokio::time::timeout(wait, self.stream.read_buf(&mut self.rbuf)).await {
-                Ok(Ok(0)) => return Ok(Next::Closed),
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(_) if self.rbuf.is_empty() => return Ok(Next::Closed),
-                Err(_) => {
+            match self.fill(Instant::now() + wait).await {
+                Ok(0) => return Ok(Next::Closed),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    if idle {
+                        return Ok(Next::Closed);
+                    }
                     self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
                     let r =
                         error_reply(408, "the request head did not arrive in time", true, false);
                     self.cache.metrics.response(408, 0);
                     self.send(r, false).await?;
                     return Ok(Next::Closed);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Read what the socket has into `rbuf`, waiting until `deadline`.
+    /// Returns 0 when the peer closed. Reads go through a stack buffer, so
+    /// a connection holds no read buffer while it waits.
+    async fn fill(&mut self, deadline: Instant) -> std::io::Result<usize> {
+        const CHUNK: usize = 4096;
+        loop {
+            let mut guard =
+                match tokio::time::timeout_at(deadline.into(), self.stream.readable()).await {
+                    Ok(g) => g?,
+                    Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+                };
+            // The buffer is taken only now that there are bytes to read, so a
+            // waiting connection holds none.
+            if self.rbuf.capacity() - self.rbuf.len() < CHUNK / 4 {
+                self.rbuf.reserve(CHUNK);
+            }
+            let rbuf = &mut self.rbuf;
+            let res = guard.try_io(|s| {
+                let spare = rbuf.spare_capacity_mut();
+                let want = spare.len();
+                let (filled, _) = rustix::io::read(s.get_ref(), spare)?;
+                let n = filled.len();
+                // SAFETY: read(2) initialised the first n bytes of the spare capacity.
+                unsafe { rbuf.set_len(rbuf.len() + n) };
+                Ok((n, want))
+            });
+            match res {
+                Ok(Ok((n, want))) => {
+                    if n < want {
+                        // Drained: the next bytes will raise a new edge.
+                        guard.clear_ready();
+                    }
+                    return Ok(n);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => {
+                    if self.rbuf.is_empty() {
+                        self.rbuf = BytesMut::new();
+                    }
                 }
             }
         }
@@ -248,13 +310,13 @@ impl Conn<'_> {
             BodyFraming::Length(n) if n > max => Ok(Err((413, "request body too large"))),
             BodyFraming::Length(n) => {
                 while (self.rbuf.len() as u64) < n {
-                    self.rbuf
-                        .reserve((n as usize - self.rbuf.len()).min(64 * 1024));
-                    match tokio::time::timeout(wait, self.stream.read_buf(&mut self.rbuf)).await {
-                        Ok(Ok(0)) => return Ok(Err((400, "request body ended early"))),
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => return Err(e),
-                        Err(_) => return Ok(Err((408, "the request body did not arrive in time"))),
+                    match self.fill(Instant::now() + wait).await {
+                        Ok(0) => return Ok(Err((400, "request body ended early"))),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                            return Ok(Err((408, "the request body did not arrive in time")))
+                        }
+                        Err(e) => return Err(e),
                     }
                 }
                 Ok(Ok(self.rbuf.split_to(n as usize).freeze()))
@@ -271,22 +333,14 @@ impl Conn<'_> {
                             body.extend_from_slice(&d);
                         }
                         Ok(Decoded::Done) => return Ok(Ok(body.freeze())),
-                        Ok(Decoded::NeedMore) => {
-                            self.rbuf.reserve(4096);
-                            match tokio::time::timeout(wait, self.stream.read_buf(&mut self.rbuf))
-                                .await
-                            {
-                                Ok(Ok(0)) => return Ok(Err((400, "request body ended early"))),
-                                Ok(Ok(_)) => {}
-                                Ok(Err(e)) => return Err(e),
-                                Err(_) => {
-                                    return Ok(Err((
-                                        408,
-                                        "the request body did not arrive in time",
-                                    )))
-                                }
+                        Ok(Decoded::NeedMore) => match self.fill(Instant::now() + wait).await {
+                            Ok(0) => return Ok(Err((400, "request body ended early"))),
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                                return Ok(Err((408, "the request body did not arrive in time")))
                             }
-                        }
+                            Err(e) => return Err(e),
+                        },
                         Err(_) => return Ok(Err((400, "malformed chunked request body"))),
                     }
                 }
@@ -315,7 +369,7 @@ impl Conn<'_> {
                 } else if bytes.len() <= INLINE_BODY {
                     self.out.extend_from_slice(&bytes);
                 } else {
-                    self.flush().await?;
+                    self.flush_more().await?;
                     self.send_file(&file, offset, bytes.len() as u64).await?;
                 }
             }
@@ -404,28 +458,61 @@ impl Conn<'_> {
         offset: u64,
         len: u64,
     ) -> std::io::Result<()> {
-        let wait = Duration::from_millis(self.cache.cfg.send_timeout_ms);
         let mut off = offset;
         let end = offset + len;
         while off < end {
-            let chunk = (end - off).min(1 << 30) as usize;
-            let sent = tokio::time::timeout(
-                wait,
-                self.stream.async_io(tokio::io::Interest::WRITABLE, || {
-                    rustix::fs::sendfile(&self.stream, file, Some(&mut off), chunk)
-                        .map_err(std::io::Error::from)
-                }),
-            )
-            .await;
-            match sent {
-                Ok(Ok(0)) => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::WriteZero,
-                        "sendfile sent nothing",
-                    ))
-                }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(e),
+            let want = (end - off).min(1 << 30) as usize;
+            let n = self
+                .write_op(want, |s| {
+                    rustix::fs::sendfile(s, file, Some(&mut off), want).map_err(Into::into)
+                })
+                .await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Write the pending batch with MSG_MORE: the kernel holds it back to
+    /// share packets with the file data that follows (like TCP_CORK).
+    async fn flush_more(&mut self) -> std::io::Result<()> {
+        let out = std::mem::take(&mut self.out);
+        let mut at = 0;
+        while at < out.len() {
+            let rest = &out[at..];
+            let n = self
+                .write_op(rest.len(), |s| {
+                    rustix::net::send(s, rest, rustix::net::SendFlags::MORE).map_err(Into::into)
+                })
+                .await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            at += n;
+        }
+        self.out = out;
+        self.out.clear();
+        Ok(())
+    }
+
+    /// Run one write-like operation of `want` bytes when the socket is
+    /// writable, within the send timeout. A short write means the socket
+    /// buffer is full, so readiness is cleared without another call.
+    async fn write_op(
+        &self,
+        want: usize,
+        mut op: impl FnMut(&StdStream) -> std::io::Result<usize>,
+    ) -> std::io::Result<usize> {
+        // Usually the socket is writable: try at once, without a timer.
+        match self.stream.try_io(tokio::io::Interest::WRITABLE, |s| op(s)) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            r => return r,
+        }
+        let wait = Duration::from_millis(self.cache.cfg.send_timeout_ms);
+        loop {
+            let mut guard = match tokio::time::timeout(wait, self.stream.writable()).await {
+                Ok(g) => g?,
                 Err(_) => {
                     self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
                     return Err(std::io::Error::new(
@@ -433,9 +520,18 @@ impl Conn<'_> {
                         "client did not read the response in time",
                     ));
                 }
+            };
+            match guard.try_io(|s| op(s.get_ref())) {
+                Ok(Ok(n)) => {
+                    if n < want {
+                        guard.clear_ready();
+                    }
+                    return Ok(n);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
             }
         }
-        Ok(())
     }
 
     async fn flush(&mut self) -> std::io::Result<()> {
@@ -453,16 +549,15 @@ impl Conn<'_> {
     }
 
     async fn write(&mut self, b: &[u8]) -> std::io::Result<()> {
-        let wait = Duration::from_millis(self.cache.cfg.send_timeout_ms);
-        match tokio::time::timeout(wait, self.stream.write_all(b)).await {
-            Ok(r) => r,
-            Err(_) => {
-                self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "client did not read the response in time",
-                ))
+        let mut at = 0;
+        while at < b.len() {
+            let rest = &b[at..];
+            let n = self.write_op(rest.len(), |mut s| s.write(rest)).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
             }
+            at += n;
         }
+        Ok(())
     }
 }

@@ -61,6 +61,8 @@ pub struct Upstream {
     /// Path prefix prepended to every request path.
     base_path: String,
     idle: Mutex<Vec<TcpStream>>,
+    /// Requests sent a second time after a failed connection.
+    pub retries: std::sync::atomic::AtomicU64,
 }
 
 /// A request to send upstream.
@@ -105,6 +107,7 @@ impl Upstream {
             addr,
             cfg,
             idle: Mutex::new(Vec::new()),
+            retries: Default::default(),
         })
     }
 
@@ -170,6 +173,8 @@ impl Upstream {
                     Err(e) if req.idempotent && !retried => {
                         tracing::debug!(error = %e, "retrying upstream connect");
                         retried = true;
+                        self.retries
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         continue;
                     }
                     Err(e) => return Err(e),
@@ -199,6 +204,8 @@ impl Upstream {
                 Err((e, false)) if req.idempotent && !retried => {
                     tracing::debug!(error = %e, "retrying upstream request");
                     retried = true;
+                    self.retries
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 Err((e, _)) => return Err(e),
             }

@@ -4,11 +4,16 @@
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Seconds since the Unix epoch.
+/// Seconds since the Unix epoch, from the coarse real-time clock: HTTP
+/// dates and ages have one-second resolution, and the coarse clock is a
+/// plain memory read where the precise one reads the CPU's counter.
 pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    u64::try_from(t.tv_sec).unwrap_or_else(|_| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    })
 }
 
 /// Format a Unix time as an HTTP date.

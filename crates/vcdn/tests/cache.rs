@@ -640,3 +640,22 @@ async fn ten_thousand_idle_connections_use_bounded_memory() {
     assert_eq!(get(c.addr, "/size/1").await.status(), 200);
     drop(conns);
 }
+
+#[tokio::test]
+async fn a_dead_pooled_upstream_connection_is_retried_once() {
+    let o = origin();
+    let port = o.addr.to_string();
+    let c = cache(o.addr, &[]);
+    // Leaves a keep-alive connection in the pool...
+    get(c.addr, "/size/80").await;
+    // ...which dies with the origin; a new origin takes the same address.
+    o.kill();
+    let o2 = spawn(&["origin", "--listen", &port]);
+    let r = get(c.addr, "/size/81").await;
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert_eq!(r.body, synth(81));
+    let s: serde_json::Value =
+        serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+    assert_eq!(s["upstream"]["retries"], 1);
+    assert_eq!(origin_count(o2.addr, "/size/81").await, 1);
+}
