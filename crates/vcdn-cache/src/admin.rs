@@ -223,7 +223,7 @@ fn metrics(cache: &Cache) -> Response {
     )
 }
 
-fn object_json(cache: &Cache, l: &crate::store::Listed, now: u64) -> Value {
+fn object_json(l: &crate::store::Listed, now: u64) -> Value {
     let mut v = json!({
         "id": l.id.hex(),
         "key": String::from_utf8_lossy(&l.key),
@@ -248,7 +248,6 @@ fn object_json(cache: &Cache, l: &crate::store::Listed, now: u64) -> Value {
     } else {
         v["disk_bytes"] = json!(l.disk_size);
     }
-    let _ = cache;
     v
 }
 
@@ -270,7 +269,7 @@ fn objects(cache: &Cache, query: &[(String, String)]) -> Response {
     let objects: Vec<Value> = list
         .iter()
         .take(limit)
-        .map(|l| object_json(cache, l, now))
+        .map(|l| object_json(l, now))
         .collect();
     let fetching: Vec<Value> = cache
         .inflight()
@@ -299,7 +298,7 @@ fn object(cache: &Cache, id: &str) -> Response {
     let now = date::unix_now();
     match cache.store.list().into_iter().find(|l| l.id == id) {
         Some(l) => {
-            let mut v = object_json(cache, &l, now);
+            let mut v = object_json(&l, now);
             if let Some(o) = &l.in_memory {
                 let headers: Vec<Value> = o
                     .headers

@@ -60,8 +60,6 @@ pub struct CacheConfig {
     /// Heuristic freshness as a fraction of the time since Last-Modified.
     pub heuristic_fraction: f64,
     pub heuristic_max_s: u64,
-    /// Log format: "text" or "json".
-    pub log_format: String,
 }
 
 impl Default for CacheConfig {
@@ -92,7 +90,6 @@ impl Default for CacheConfig {
             targeted_fields: vec!["CDN-Cache-Control".into()],
             heuristic_fraction: 0.1,
             heuristic_max_s: 86_400,
-            log_format: "text".into(),
         }
     }
 }
@@ -127,9 +124,6 @@ impl CacheConfig {
         }
         if !self.upstream.starts_with("http://") {
             return bad("--upstream must be an http:// URL");
-        }
-        if self.log_format != "text" && self.log_format != "json" {
-            return bad("log format must be \"text\" or \"json\"");
         }
         Ok(())
     }

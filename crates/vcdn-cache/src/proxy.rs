@@ -157,24 +157,27 @@ impl Cache {
     }
 
     /// The fast path: a fresh hit in memory is answered without entering
-    /// the asynchronous machinery. `None`: go through [`Cache::handle`].
-    pub fn try_hit(&self, req: &RequestHead) -> Option<Reply> {
+    /// the asynchronous machinery, its head written into `buf`.
+    /// `Err(buf)`: go through [`Cache::handle`].
+    pub fn try_hit(&self, req: &RequestHead, buf: Vec<u8>) -> Result<Reply, Vec<u8>> {
         if !matches!(req.method, Method::Get | Method::Head) || req.headers.contains(b"via") {
-            return None;
+            return Err(buf);
         }
         let primary = req.target.slice_ref(req.path_and_query());
         let (id, key) = self.store.resolve(&primary, &req.headers);
-        let o = self.store.get_memory(id, &key)?;
+        let Some(o) = self.store.get_memory(id, &key) else {
+            return Err(buf);
+        };
         let now = date::unix_now();
         if policy::usable(&o.freshness, o.age(now), &req.headers, &self.policy) != Usable::Fresh {
-            return None;
+            return Err(buf);
         }
         let ctx = Ctx {
             req,
             head_only: req.method == Method::Head,
             keep_alive: req.keep_alive,
         };
-        Some(self.object_reply(&ctx, &o, CacheStatus::Hit, now))
+        Ok(self.object_reply_into(&ctx, &o, CacheStatus::Hit, now, buf))
     }
 
     async fn lookup(self: &Arc<Self>, ctx: &Ctx<'_>, peer: IpAddr) -> Reply {
@@ -457,6 +460,18 @@ impl Cache {
         status: CacheStatus,
         now: u64,
     ) -> Reply {
+        self.object_reply_into(ctx, o, status, now, Vec::new())
+    }
+
+    /// Reply with a stored object, writing the head into `head`.
+    fn object_reply_into(
+        &self,
+        ctx: &Ctx<'_>,
+        o: &CachedObject,
+        status: CacheStatus,
+        now: u64,
+        mut head: Vec<u8>,
+    ) -> Reply {
         self.metrics.request(status);
         if status == CacheStatus::Hit || status == CacheStatus::Stale {
             o.stats.hit(now);
@@ -480,11 +495,12 @@ impl Cache {
         } else {
             (o.status, o.body.clone())
         };
-        let mut head = Vec::with_capacity(o.head_block.len() + 128);
+        head.clear();
+        head.reserve(o.head_block.len() + 128);
         if code == 200 {
             head.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         } else {
-            head = status_line(code);
+            head.extend_from_slice(&status_line(code));
         }
         head.extend_from_slice(&o.head_block);
         push_num(&mut head, "Age", age);
@@ -705,7 +721,7 @@ impl Cache {
         let initial_age = policy::initial_age(&resp.head.headers, request_time, response_time);
 
         if let (Some(old), 304) = (&plan.conditional, status) {
-            let fresh = self.refresh(old, &headers, request_time, response_time, initial_age);
+            let fresh = self.refresh(old, &headers, response_time, initial_age);
             while let Ok(Some(_)) = resp.body.next().await {}
             fetch.set_head(Ok(Arc::new(FetchedHead {
                 status: fresh.status,
@@ -814,7 +830,6 @@ impl Cache {
         self: &Arc<Self>,
         old: &CachedObject,
         update: &Headers,
-        _request_time: u64,
         response_time: u64,
         initial_age: u64,
     ) -> Arc<CachedObject> {

@@ -125,6 +125,8 @@ struct Conn<'a> {
     /// head must come within the header timeout (a slowloris client
     /// trickling bytes does not reset it).
     head_started: Option<Instant>,
+    /// A buffer for the next reply head, recycled from the last one.
+    spare_head: Vec<u8>,
 }
 
 async fn connection(cache: &Arc<Cache>, stream: AsyncFd<StdStream>, peer: SocketAddr) {
@@ -136,6 +138,7 @@ async fn connection(cache: &Arc<Cache>, stream: AsyncFd<StdStream>, peer: Socket
         rbuf: BytesMut::new(),
         out: Vec::new(),
         head_started: None,
+        spare_head: Vec::new(),
         limits: Limits {
             max_request_line: cfg.max_request_line,
             max_head: cfg.max_header_bytes,
@@ -168,9 +171,15 @@ impl Conn<'_> {
             };
             // Boxed: the handler's state is large, and an idle connection
             // should not carry it.
-            let reply = match self.cache.try_hit(&head) {
-                Some(r) => r,
-                None => Box::pin(self.cache.handle(&head, body, self.peer.ip())).await,
+            let reply = match self
+                .cache
+                .try_hit(&head, std::mem::take(&mut self.spare_head))
+            {
+                Ok(r) => r,
+                Err(buf) => {
+                    self.spare_head = buf;
+                    Box::pin(self.cache.handle(&head, body, self.peer.ip())).await
+                }
             };
             let close = reply.close || !head.keep_alive;
             let head_only = head.method == Method::Head;
@@ -187,19 +196,24 @@ impl Conn<'_> {
         let cfg = &self.cache.cfg;
         loop {
             if !self.rbuf.is_empty() {
-                let data = std::mem::take(&mut self.rbuf).freeze();
+                // The request keeps its bytes; the buffer keeps its spare
+                // capacity for the next read, so a busy connection rarely
+                // allocates.
+                let data = self.rbuf.split().freeze();
                 match parse_request(&data, &self.limits) {
                     Ok(Some((head, n))) => {
                         if n < data.len() {
-                            self.rbuf = BytesMut::from(&data[n..]);
+                            self.rbuf.extend_from_slice(&data[n..]);
                         }
                         self.head_started = None;
                         return Ok(Next::Request(head));
                     }
                     Ok(None) => {
-                        self.rbuf = data
+                        let mut whole = data
                             .try_into_mut()
                             .unwrap_or_else(|d| BytesMut::from(&d[..]));
+                        whole.unsplit(std::mem::take(&mut self.rbuf));
+                        self.rbuf = whole;
                     }
                     Err(e) => {
                         self.reject(e).await?;
@@ -353,6 +367,10 @@ impl Conn<'_> {
     /// so the client sees a truncated response, never a wrong one.
     async fn send(&mut self, reply: Reply, head_only: bool) -> std::io::Result<bool> {
         self.out.extend_from_slice(&reply.head);
+        if reply.head.capacity() <= 4096 {
+            // Recycled for the next reply's head.
+            self.spare_head = reply.head;
+        }
         let stats = reply.stats;
         match reply.body {
             ReplyBody::Empty => {}
