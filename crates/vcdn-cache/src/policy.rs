@@ -206,6 +206,7 @@ pub fn freshness(
         && (explicit.is_some() || cc.public || heuristically_cacheable(status))
         && (!authorized || cc.public || cc.must_revalidate || cc.s_maxage.is_some())
         && status != 206
+        && status != 304
         && (200..600).contains(&status)
         && crate::key::vary_names(response).is_some();
     // A response that sets a cookie belongs to one user unless it is

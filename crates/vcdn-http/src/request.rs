@@ -193,35 +193,9 @@ pub fn parse_request(
         }
     }
 
-    let mut headers = Headers::with_capacity(8);
-    let mut pos = line_end + 2;
-    loop {
-        if pos - start > limits.max_head {
-            return Err(ParseError::HeadersTooLarge);
-        }
-        let Some(i) = find_crlf(&buf[pos..]) else {
-            if buf[pos..].contains(&b'\n') {
-                return Err(ParseError::BadRequest("bare LF in header section"));
-            }
-            if buf.len() - start > limits.max_head {
-                return Err(ParseError::HeadersTooLarge);
-            }
-            return Ok(None);
-        };
-        if i == 0 {
-            pos += 2;
-            break;
-        }
-        if headers.len() >= limits.max_headers {
-            return Err(ParseError::HeadersTooLarge);
-        }
-        let (name, value) = parse_field(buf, pos, pos + i)?;
-        headers.push(name, value);
-        pos += i + 2;
-    }
-    if pos - start > limits.max_head {
-        return Err(ParseError::HeadersTooLarge);
-    }
+    let Some((headers, pos)) = parse_fields(buf, start, line_end + 2, limits)? else {
+        return Ok(None);
+    };
 
     let body = body_framing(&headers, minor_version)?;
     if minor_version == 1 {
@@ -266,6 +240,47 @@ fn parse_version(v: &[u8]) -> Result<u8, ParseError> {
         }
         _ => Err(ParseError::BadRequest("malformed HTTP version")),
     }
+}
+
+/// Parse the header section that starts at `from`, up to and including
+/// its final empty line, for a head that started at `start`: the fields and
+/// the offset just past the head, or `None` if more bytes are needed.
+pub(crate) fn parse_fields(
+    buf: &Bytes,
+    start: usize,
+    from: usize,
+    limits: &Limits,
+) -> Result<Option<(Headers, usize)>, ParseError> {
+    let mut headers = Headers::with_capacity(8);
+    let mut pos = from;
+    loop {
+        if pos - start > limits.max_head {
+            return Err(ParseError::HeadersTooLarge);
+        }
+        let Some(i) = find_crlf(&buf[pos..]) else {
+            if buf[pos..].contains(&b'\n') {
+                return Err(ParseError::BadRequest("bare LF in header section"));
+            }
+            if buf.len() - start > limits.max_head {
+                return Err(ParseError::HeadersTooLarge);
+            }
+            return Ok(None);
+        };
+        if i == 0 {
+            pos += 2;
+            break;
+        }
+        if headers.len() >= limits.max_headers {
+            return Err(ParseError::HeadersTooLarge);
+        }
+        let (name, value) = parse_field(buf, pos, pos + i)?;
+        headers.push(name, value);
+        pos += i + 2;
+    }
+    if pos - start > limits.max_head {
+        return Err(ParseError::HeadersTooLarge);
+    }
+    Ok(Some((headers, pos)))
 }
 
 /// Parse `name: value` between `from` and `to` (the CRLF excluded).

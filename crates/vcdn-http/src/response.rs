@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use crate::header::{find_crlf, Headers};
-use crate::request::{parse_field, parse_length, Limits};
+use crate::request::{parse_fields, parse_length, Limits};
 use crate::ParseError;
 
 /// A parsed status line and header section.
@@ -107,32 +107,9 @@ pub fn parse_response(
     if !(100..=599).contains(&status) {
         return Err(ParseError::BadRequest("status code out of range"));
     }
-    let mut headers = Headers::with_capacity(12);
-    let mut pos = line_end + 2;
-    loop {
-        if pos > limits.max_head {
-            return Err(ParseError::HeadersTooLarge);
-        }
-        let Some(i) = find_crlf(&buf[pos..]) else {
-            if buf.len() > limits.max_head {
-                return Err(ParseError::HeadersTooLarge);
-            }
-            return Ok(None);
-        };
-        if i == 0 {
-            pos += 2;
-            break;
-        }
-        if headers.len() >= limits.max_headers {
-            return Err(ParseError::HeadersTooLarge);
-        }
-        let (n, v) = parse_field(buf, pos, pos + i)?;
-        headers.push(n, v);
-        pos += i + 2;
-    }
-    if pos > limits.max_head {
-        return Err(ParseError::HeadersTooLarge);
-    }
+    let Some((headers, pos)) = parse_fields(buf, 0, line_end + 2, limits)? else {
+        return Ok(None);
+    };
     Ok(Some((
         ResponseHead {
             status,
