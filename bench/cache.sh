@@ -16,6 +16,7 @@
 #
 # Environment knobs:
 #   DURATION=10s     wrk -d per measured run
+#   ROUNDS=1         repeat everything, servers interleaved; report medians
 #   MODE=both        cpu | quota | both
 #   OUT=bench/results/cache-latest.md   markdown copy of the report
 #   SERVERS="vcdn nginx varnish ats"    subset to run (ratios need vcdn)
@@ -35,6 +36,7 @@ ROOT=$(cd "$BENCH_DIR/.." && pwd)
 PEERS_DIR=$BENCH_DIR/peers
 
 DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-1}
 MODE=${MODE:-both}
 OUT=${OUT:-$ROOT/bench/results/cache-latest.md}
 SERVERS=${SERVERS:-vcdn nginx varnish ats}
@@ -511,7 +513,7 @@ report() {
     echo "- kernel: $(uname -r)"
     echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs"
     peer_versions
-    echo "- setup: each server alone, pinned to CPU $SERVER_CPU and sized for one core (vcdn --threads 1, nginx worker_processes 1, Varnish thread_pools=1, ATS exec_thread.limit 1); wrk -t$WRK_THREADS on CPU $CLIENT_CPU; duration $DURATION per run (+ $WARMUP unmeasured warm-up); objects warmed and verified as hits; memory cache 512 MiB each (nginx: proxy_cache on tmpfs + open_file_cache, Varnish: -s malloc,512m, ATS: 512 MiB RAM cache, tmpfs span)"
+    echo "- setup: each server alone, pinned to CPU $SERVER_CPU and sized for one core (vcdn --threads 1, nginx worker_processes 1, Varnish thread_pools=1, ATS exec_thread.limit 1); wrk -t$WRK_THREADS on CPU $CLIENT_CPU; duration $DURATION per run (+ $WARMUP unmeasured warm-up), median of $ROUNDS round(s) with the servers interleaved; objects warmed and verified as hits; memory cache 512 MiB each (nginx: proxy_cache on tmpfs + open_file_cache, Varnish: -s malloc,512m, ATS: 512 MiB RAM cache, tmpfs span)"
     echo "- server CPU = utime+stime (+cutime+cstime) of all the server's processes from /proc/PID/stat, before/after each run"
     echo "- CPU$SERVER_CPU busy-s not charged to server = busy time of the server's core (/proc/stat) minus server CPU-s: foreign processes, ksoftirqd, or uncharged softirq; should be near 0 on a quiet machine"
     echo "- interrupt accounting: $(irq_accounting)"
@@ -541,13 +543,24 @@ report() {
       awk -F'\t' -v mode="$mode" -v idx="$idx" -v servers="$SERVERS" -v cpuid="$SERVER_CPU" '
         function lbl(s) { return s == "vcdn" ? "vcdn" : s == "nginx" ? "nginx" : s == "varnish" ? "Varnish" : "ATS" }
         function ratio(a, b) { return (a > 0 && b > 0) ? sprintf("%.2fx", a / b) : "n/a" }
+        # With ROUNDS > 1 a server has several rows: keep the median one (by
+        # requests per CPU-second, or per second under the quota).
         $1 == mode && $2 == idx {
-          s = $3; d = $6 / 1e6
-          rps[s] = $4 / d; mibs[s] = $5 / d / 1048576; cpu[s] = $7; err[s] = $9; p99[s] = $10 / 1000
-          rpc[s] = ($7 > 0) ? $4 / $7 : 0; mpc[s] = ($7 > 0) ? $5 / 1048576 / $7 : 0
-          util[s] = $7 / d * 100; ocpu[s] = $8; other[s] = $12
+          s = $3; k = ++cnt[s]; row[s, k] = $0
+          key[s, k] = (mode == "cpu") ? (($7 > 0) ? $4 / $7 : 0) : $4 / ($6 / 1e6)
         }
         END {
+          for (s in cnt) {
+            m = cnt[s]
+            for (i = 1; i <= m; i++) ord[i] = i
+            for (i = 2; i <= m; i++) for (j = i; j > 1 && key[s, ord[j - 1]] > key[s, ord[j]]; j--) {
+              t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t }
+            split(row[s, ord[int((m + 1) / 2)]], f, "\t")
+            d = f[6] / 1e6
+            rps[s] = f[4] / d; mibs[s] = f[5] / d / 1048576; cpu[s] = f[7]; err[s] = f[9]; p99[s] = f[10] / 1000
+            rpc[s] = (f[7] > 0) ? f[4] / f[7] : 0; mpc[s] = (f[7] > 0) ? f[5] / 1048576 / f[7] : 0
+            util[s] = f[7] / d * 100; ocpu[s] = f[8]; other[s] = f[12]
+          }
           n = split(servers, order, " ")
           if (mode == "cpu") {
             print "| server | req/s | MiB/s | server CPU-s | CPU util | req per CPU-s | MiB per CPU-s | p99 ms | errors | CPU" cpuid " busy-s not charged to server |"
@@ -645,7 +658,11 @@ main() {
   grep -qi '^cache-control:.*max-age' <<<"$hdr" \
     || die "origin does not send Cache-Control max-age; caches would not store its objects"
 
-  local s root mode idx
+  local s root mode idx round
+  # Rounds go through every server in turn, so slow drifts of a shared
+  # machine hit all of them alike; the report keeps each one's median.
+  for round in $(seq "$ROUNDS"); do
+  ((ROUNDS > 1)) && log "round $round of $ROUNDS"
   for s in $SERVERS; do
     log "starting ${LABEL[$s]} on 127.0.0.1:${PORT[$s]}"
     "start_$s"
@@ -664,6 +681,7 @@ main() {
     # Re-check after the runs: still hits (nothing was evicted or expired).
     warm_and_verify "$s"
     stop_tree "$root"
+  done
   done
 
   report
