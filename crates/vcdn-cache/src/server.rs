@@ -169,8 +169,9 @@ impl Conn<'_> {
                     return self.send(r, false).await.map(|_| ());
                 }
             };
-            // Boxed: the handler's state is large, and an idle connection
-            // should not carry it.
+            // A fresh memory hit is answered at once; anything else goes
+            // through the handler, boxed because its state is large and a
+            // waiting connection should not carry it.
             let reply = match self
                 .cache
                 .try_hit(&head, std::mem::take(&mut self.spare_head))
@@ -255,8 +256,9 @@ impl Conn<'_> {
     }
 
     /// Read what the socket has into `rbuf`, waiting until `deadline`.
-    /// Returns 0 when the peer closed. Reads go through a stack buffer, so
-    /// a connection holds no read buffer while it waits.
+    /// Returns 0 when the peer closed. The buffer is allocated only once the
+    /// socket is readable, so a connection that has sent nothing holds none
+    /// (a busy one keeps at most the rest of one 4 KiB buffer).
     async fn fill(&mut self, deadline: Instant) -> std::io::Result<usize> {
         const CHUNK: usize = 4096;
         loop {
@@ -265,8 +267,6 @@ impl Conn<'_> {
                     Ok(g) => g?,
                     Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
                 };
-            // The buffer is taken only now that there are bytes to read, so a
-            // waiting connection holds none.
             if self.rbuf.capacity() - self.rbuf.len() < CHUNK / 4 {
                 self.rbuf.reserve(CHUNK);
             }
