@@ -1,6 +1,6 @@
 //! The control API (MiniCache's µSH shell, over HTTP): object listing and
 //! statistics, purge, prefetch, plus `/metrics` and `/healthz`. Every
-//! endpoint but the last two requires `Authorization: Bearer <token>`.
+//! endpoint but the last two requires `Authorization: Bearer TOKEN`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -401,17 +401,17 @@ async fn prefetch(cache: &Arc<Cache>, body: &[u8]) -> Response {
     let status = reply.status;
     let mut size = 0u64;
     match reply.body {
-        crate::proxy::ReplyBody::Stream { mut reader, .. } => loop {
+        crate::reply::ReplyBody::Stream { mut reader, .. } => loop {
             match reader.next().await {
                 Ok(Some(b)) => size += b.len() as u64,
                 Ok(None) => break,
                 Err(e) => return Response::problem(e.status.max(502), &e.message),
             }
         },
-        crate::proxy::ReplyBody::Full(b) | crate::proxy::ReplyBody::Shared { bytes: b, .. } => {
+        crate::reply::ReplyBody::Full(b) | crate::reply::ReplyBody::Shared { bytes: b, .. } => {
             size = b.len() as u64
         }
-        crate::proxy::ReplyBody::Empty => {}
+        crate::reply::ReplyBody::Empty => {}
     }
     let cached = {
         let key = bytes::Bytes::copy_from_slice(path.as_bytes());

@@ -12,7 +12,7 @@
 //! - [`store`]: memory LRU tier and disk tier, by [`key::ObjectId`];
 //! - [`fetch`]: coalesced upstream fetches with stream cloning;
 //! - [`upstream`]: pooled client to the origin or parent;
-//! - [`proxy`]: what to answer to a request;
+//! - [`proxy`]: what to answer to a request, as a [`reply::Reply`];
 //! - [`server`]: threads, listeners and the connection loop;
 //! - [`admin`] and [`ctl`]: the control API and its client.
 
@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod object;
 pub mod policy;
 pub mod proxy;
+pub mod reply;
 pub mod server;
 pub mod store;
 pub mod upstream;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use vcdn_http::header::is_hop_by_hop;
-use vcdn_http::{date, reason, Headers, Method, RequestHead};
+use vcdn_http::{date, Headers, Method, RequestHead};
 
 use crate::config::CacheConfig;
 use crate::fetch::{Fetch, FetchError, FetchReader, FetchedHead};
@@ -18,41 +18,11 @@ use crate::key::{variant_key, vary_names, ObjectId};
 use crate::metrics::{CacheStatus, Metrics};
 use crate::object::{CachedObject, ObjectParts, ObjectStats};
 use crate::policy::{self, PolicyConfig, RangeAnswer, Usable};
+use crate::reply::{
+    error_reply, finish_head, push_field, push_num, push_str_field, status_line, Reply, ReplyBody,
+};
 use crate::store::Store;
 use crate::upstream::{Upstream, UpstreamConfig, UpstreamRequest};
-
-/// The body of a reply.
-pub enum ReplyBody {
-    Empty,
-    Full(Bytes),
-    /// A stored body in a shared-memory file: `bytes` is `len` bytes of
-    /// `file` from `offset`, sent with sendfile when large.
-    Shared {
-        bytes: Bytes,
-        file: Arc<std::fs::File>,
-        offset: u64,
-    },
-    /// Bytes cloned from an upstream fetch as they arrive: skip `skip`
-    /// bytes, then send at most `take` (ranges), chunk-encoded or not.
-    Stream {
-        reader: FetchReader,
-        skip: u64,
-        take: Option<u64>,
-        chunked: bool,
-    },
-}
-
-/// A response ready to be written: the serialised head and the body.
-pub struct Reply {
-    pub status: u16,
-    pub head: Vec<u8>,
-    pub body: ReplyBody,
-    /// The connection must close after this reply (close-delimited body, or
-    /// an error after which the request stream cannot be trusted).
-    pub close: bool,
-    /// Count the body bytes sent against this object's statistics.
-    pub stats: Option<Arc<ObjectStats>>,
-}
 
 /// The shared state of one cache instance.
 pub struct Cache {
@@ -64,7 +34,7 @@ pub struct Cache {
     /// Fetches in flight, by primary id: requests for the same object join
     /// them instead of asking upstream again.
     inflight: Mutex<HashMap<ObjectId, Arc<Fetch>>>,
-    /// "1.1 <name>", appended to Via, and how loops are recognised.
+    /// `1.1 <name>`, appended to Via, and how loops are recognised.
     via: String,
     pub started: std::time::Instant,
 }
@@ -935,62 +905,4 @@ fn same_origin_path(v: &[u8]) -> Option<&[u8]> {
         .or_else(|| v.strip_prefix(b"https://"))?;
     let i = rest.iter().position(|&c| c == b'/')?;
     Some(&rest[i..])
-}
-
-fn status_line(code: u16) -> Vec<u8> {
-    let mut v = Vec::with_capacity(512);
-    v.extend_from_slice(format!("HTTP/1.1 {code} {}\r\n", reason(code)).as_bytes());
-    v
-}
-
-fn push_field(out: &mut Vec<u8>, name: &str, value: impl std::fmt::Display) {
-    use std::io::Write;
-    let _ = write!(out, "{name}: {value}\r\n");
-}
-
-fn push_str_field(out: &mut Vec<u8>, name: &str, value: &str) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value.as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `name: n\r\n` without the formatting machinery (hot path).
-fn push_num(out: &mut Vec<u8>, name: &str, n: u64) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
-/// End the head: Connection: close when needed, then the empty line.
-fn finish_head(out: &mut Vec<u8>, close: bool) {
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// A complete error reply with a plain-text body.
-pub fn error_reply(code: u16, message: &str, close: bool, head_only: bool) -> Reply {
-    let body = Bytes::from(format!("{code} {}: {message}\n", reason(code)));
-    let mut head = status_line(code);
-    head.extend_from_slice(b"Date: ");
-    date::write_now(&mut head);
-    head.extend_from_slice(
-        b"\r\nContent-Type: text/plain; charset=utf-8\r\nCache-Control: no-store\r\n",
-    );
-    push_field(&mut head, "Content-Length", body.len());
-    finish_head(&mut head, close);
-    Reply {
-        status: code,
-        head,
-        body: if head_only {
-            ReplyBody::Empty
-        } else {
-            ReplyBody::Full(body)
-        },
-        close,
-        stats: None,
-    }
 }

@@ -18,7 +18,8 @@ use tokio::io::unix::AsyncFd;
 use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use vcdn_http::{parse_request, BodyFraming, Limits, Method, ParseError, RequestHead};
 
-use crate::proxy::{error_reply, Cache, Reply, ReplyBody};
+use crate::proxy::Cache;
+use crate::reply::{error_reply, Reply, ReplyBody};
 
 /// Bodies up to this size are copied into the batch buffer; larger ones are
 /// written from the stored bytes directly.
