@@ -659,3 +659,32 @@ async fn a_dead_pooled_upstream_connection_is_retried_once() {
     assert_eq!(s["upstream"]["retries"], 1);
     assert_eq!(origin_count(o2.addr, "/size/81").await, 1);
 }
+
+#[tokio::test]
+async fn chunked_request_bodies_are_forwarded() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    let req = "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+    let out = raw(c.addr, req.as_bytes(), Duration::from_secs(5));
+    assert_eq!(status_of(&out), 200, "{out}");
+    assert!(out.contains("X-Cache: PASS"));
+    assert!(out.ends_with("hello world"), "{out}");
+}
+
+#[tokio::test]
+async fn objects_being_fetched_show_their_progress() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    // 400 kB at 200 kB/s: two seconds in flight.
+    let slow = tokio::spawn(async move { get(c.addr, "/size/400000?rate=200000").await });
+    let seen = eventually(5, || async {
+        let v: serde_json::Value =
+            serde_json::from_slice(&admin(&c, "GET", "/objects", "").await.body).unwrap();
+        let f = &v["fetching"][0];
+        let p = f["fetch_progress"].as_f64().unwrap_or(0.0);
+        f["url"] == "/size/400000?rate=200000" && p > 0.0 && p < 1.0 && f["clients"] == 1
+    })
+    .await;
+    assert!(seen, "a fetch in flight is listed with its progress");
+    assert!(slow.await.unwrap().body == synth(400_000));
+}
