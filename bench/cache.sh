@@ -33,6 +33,8 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
 PEERS_DIR=$BENCH_DIR/peers
 
 DURATION=${DURATION:-10s}
@@ -75,12 +77,6 @@ case $MODE in cpu|quota|both) ;; *) die "MODE must be cpu, quota or both (got '$
 for s in $SERVERS; do [[ -n ${PORT[$s]:-} ]] || die "unknown server '$s' in SERVERS"; done
 [[ $(id -u) -eq 0 ]] || die "run as root (installs packages, creates cgroups)"
 
-# Duration in whole seconds, for timeouts ("10s", "1m", "10").
-dur_secs() {
-  local d=$1
-  case $d in *ms) echo 1;; *s) echo "${d%s}";; *m) echo $(( ${d%m} * 60 ));;
-              *h) echo $(( ${d%h} * 3600 ));; *) echo "$d";; esac
-}
 DUR_S=$(dur_secs "$DURATION")
 
 # ---------------------------------------------------------------- install --
@@ -159,40 +155,8 @@ peer_versions() {
 TMP="" SHM="" QUOTA_CG=""
 declare -a STARTED=()       # root pids of everything we started
 
-# All descendants of a pid (inclusive), from `ps` pid/ppid pairs.
-tree_pids() {
-  [[ -d /proc/$1 ]] || return 0
-  ps -e -o pid= -o ppid= | awk -v root="$1" '
-    { parent[$1] = $2 }
-    END {
-      keep[root] = 1; n = 1
-      while (n) { n = 0
-        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; n++ } }
-      for (p in keep) print p
-    }'
-}
 
-# CPU ticks of a process tree: utime+stime (fields 14,15) plus cutime+cstime
-# (16,17) so that a child reaped during the run is not lost. Snapshot the
-# tree fresh each time; the difference is the CPU burned in between.
-cpu_ticks() {
-  local p line total=0 f
-  for p in $(tree_pids "$1"); do
-    line=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    line=${line##*) }                 # drop "pid (comm) ", comm may hold spaces
-    read -ra f <<<"$line"             # f[0] is field 3 (state)
-    total=$((total + f[11] + f[12] + f[13] + f[14]))
-  done
-  echo "$total"
-}
 
-# Busy ticks of the server CPU from /proc/stat (user+nice+system+irq+softirq
-# +steal). Minus the server's own ticks this is CPU-0 work not charged to the
-# server: foreign processes, ksoftirqd, and (only on kernels with
-# CONFIG_IRQ_TIME_ACCOUNTING) softirq network work. Should be near 0.
-core_busy_ticks() {
-  awk -v c="cpu$SERVER_CPU" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
-}
 
 # How the kernel charges interrupt time, for the report.
 irq_accounting() {
@@ -207,27 +171,7 @@ irq_accounting() {
   fi
 }
 
-# Re-pin every thread of a server to the server CPU. ATS resets its ET_NET
-# threads' affinity to all CPUs at start-up, so a plain `taskset -c` exec is
-# not enough; threads created later inherit the pinned mask.
-pin_tree() {
-  local p
-  for p in $(tree_pids "$1"); do taskset -a -p -c "$SERVER_CPU" "$p" >/dev/null 2>&1 || true; done
-}
 
-stop_tree() {
-  local root=$1 pids i
-  pids=$(tree_pids "$root")
-  [[ -n $pids ]] || return 0
-  kill -TERM $pids 2>/dev/null || true
-  for i in $(seq 50); do
-    pids=$(for p in $pids; do if [[ -d /proc/$p ]]; then echo "$p"; fi; done)
-    [[ -z $pids ]] && break
-    sleep 0.1
-  done
-  [[ -n $pids ]] && kill -KILL $pids 2>/dev/null || true
-  wait "$root" 2>/dev/null || true
-}
 
 cleanup() {
   local rc=$? r i
@@ -242,17 +186,7 @@ cleanup() {
   exit "$rc"
 }
 
-port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
-# Wait until something answers HTTP on the port (any status), up to $2 s.
-wait_http() {
-  local url=$1 secs=$2 i
-  for i in $(seq $((secs * 20))); do
-    curl -s -o /dev/null --max-time 1 "$url" && return 0
-    sleep 0.05
-  done
-  return 1
-}
 
 # Substitute @KEY@ placeholders: render TEMPLATE OUT KEY=VALUE...
 render() {

@@ -27,6 +27,8 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$BENCH_DIR/lib.sh"
 STACKS_DIR=$BENCH_DIR/stacks
 
 DURATION=${DURATION:-10s}
@@ -62,11 +64,6 @@ for s in $SERVERS; do [[ -n ${PORT[$s]:-} ]] || die "unknown server '$s' in SERV
 for t in wrk taskset curl ss; do command -v "$t" >/dev/null || die "$t not found"; done
 [[ " $SERVERS " != *" nginx "* || -x $NGINX_BIN ]] || die "nginx not found at $NGINX_BIN (apt-get install nginx-light)"
 
-# Duration in whole seconds, for timeouts and the disturbance check.
-dur_secs() {
-  local d=$1
-  case $d in *ms) echo 1;; *s) echo "${d%s}";; *m) echo $(( ${d%m} * 60 ));; *) echo "$d";; esac
-}
 DUR_S=$(dur_secs "$DURATION")
 
 # ------------------------------------------------------------- processes --
@@ -74,59 +71,10 @@ TMP=""
 ORIGIN_PID=""
 declare -a STARTED=()   # root pids of everything we started
 
-# All descendants of a pid (inclusive): nginx is a master + a worker.
-tree_pids() {
-  [[ -d /proc/$1 ]] || return 0
-  ps -e -o pid= -o ppid= | awk -v root="$1" '
-    { parent[$1] = $2 }
-    END {
-      keep[root] = 1; n = 1
-      while (n) { n = 0
-        for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; n++ } }
-      for (p in keep) print p
-    }'
-}
 
-# CPU ticks of a process tree: utime+stime (+cutime+cstime so a reaped child
-# is not lost), fields 14-17 of /proc/PID/stat. Same as bench/cache.sh.
-cpu_ticks() {
-  local p line total=0 f
-  for p in $(tree_pids "$1"); do
-    line=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    line=${line##*) }                 # drop "pid (comm) ", comm may hold spaces
-    read -ra f <<<"$line"             # f[0] is field 3 (state)
-    total=$((total + f[11] + f[12] + f[13] + f[14]))
-  done
-  echo "$total"
-}
 
-# Busy ticks of a CPU (/proc/stat; default the server CPU). Minus the server's own ticks it
-# is CPU-0 work not charged to the server (other processes, ksoftirqd): the
-# disturbance indicator. Should be near 0.
-core_busy_ticks() {
-  awk -v c="cpu${1:-$SERVER_CPU}" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
-}
 
-# Pin every thread of a server tree to the server CPU (children forked after
-# a `taskset -c` exec inherit it anyway; this is belt and braces).
-pin_tree() {
-  local p
-  for p in $(tree_pids "$1"); do taskset -a -p -c "$SERVER_CPU" "$p" >/dev/null 2>&1 || true; done
-}
 
-stop_tree() {
-  local root=$1 pids i
-  pids=$(tree_pids "$root")
-  [[ -n $pids ]] || return 0
-  kill -TERM $pids 2>/dev/null || true
-  for i in $(seq 50); do
-    pids=$(for p in $pids; do if [[ -d /proc/$p ]]; then echo "$p"; fi; done)
-    [[ -z $pids ]] && break
-    sleep 0.1
-  done
-  [[ -n $pids ]] && kill -KILL $pids 2>/dev/null || true
-  wait "$root" 2>/dev/null || true
-}
 
 # Everything we started dies with the script, however it exits.
 cleanup() {
@@ -138,17 +86,7 @@ cleanup() {
   exit "$rc"
 }
 
-port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
-# Wait until something answers HTTP on the URL (any status), up to $2 s.
-wait_http() {
-  local url=$1 secs=$2 i
-  for i in $(seq $((secs * 20))); do
-    curl -s -o /dev/null --max-time 1 "$url" && return 0
-    sleep 0.05
-  done
-  return 1
-}
 
 # ---------------------------------------------------------------- servers --
 # Each start_* runs its server in the foreground (so $! is the root of its
