@@ -372,20 +372,6 @@ enter_quota() {
 }
 
 # -------------------------------------------------------------------- wrk --
-# wrk's done() hook prints exact totals; without request/response hooks the
-# Lua script does not touch wrk's hot path.
-write_wrk_lua() {
-  cat >"$TMP/report.lua" <<'EOF'
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    "BENCH requests=%d bytes=%d duration_us=%d sock_errors=%d non2xx=%d p50_us=%d p99_us=%d\n",
-    summary.requests, summary.bytes, summary.duration,
-    e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50), latency:percentile(99)))
-end
-EOF
-}
 
 # run_wrk SERVER ROOTPID MODE SCENARIO_INDEX -> appends a row to results.tsv
 run_wrk() {

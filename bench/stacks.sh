@@ -155,20 +155,6 @@ warm_and_verify() {
 }
 
 # -------------------------------------------------------------------- wrk --
-# wrk's done() hook prints exact totals; with no request/response hooks the
-# script stays off wrk's hot path.
-write_wrk_lua() {
-  cat >"$TMP/report.lua" <<'EOF'
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    "BENCH requests=%d bytes=%d duration_us=%d sock_errors=%d non2xx=%d p50_us=%d p99_us=%d\n",
-    summary.requests, summary.bytes, summary.duration,
-    e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50), latency:percentile(99)))
-end
-EOF
-}
 
 # run_wrk SERVER ROOTPID -> appends a row to results.tsv:
 # server requests bytes duration_us cpu_s errors p99_us other_s origin_ticks client_cpu_ticks
