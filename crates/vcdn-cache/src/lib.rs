@@ -10,6 +10,7 @@
 //! - `http` parsing lives in the `vcdn-http` crate;
 //! - [`policy`]: RFC 9111 / 5861 / 9213 rules, pure;
 //! - [`store`]: memory LRU tier and disk tier, by [`key::ObjectId`];
+//! - [`body`]: large bodies in sealed memfds, sent with sendfile;
 //! - [`fetch`]: coalesced upstream fetches with stream cloning;
 //! - [`upstream`]: pooled client to the origin or parent;
 //! - [`proxy`]: what to answer to a request, as a [`reply::Reply`];
