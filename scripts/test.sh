@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vcdn's test command (the README's, and CI's): formatting, lints, then every
 # unit and integration test. Integration tests start real vcdn processes on
-# loopback; nothing else needs installing beyond the Rust toolchain.
+# loopback and query the router's DNS with `dig` (installed here if absent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,14 @@ for c in rustfmt clippy; do
     rustup component add "$c"
   fi
 done
+
+# The router's tests resolve with a real resolver tool: dig (bind9-dnsutils).
+if ! command -v dig >/dev/null 2>&1; then
+  echo "== installing dig (bind9-dnsutils)"
+  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bind9-dnsutils \
+    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bind9-dnsutils; }
+fi
 
 # The idle-connection test opens 10,000 sockets.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true

@@ -126,6 +126,7 @@ fn health(cache: &Cache) -> Response {
         "connections": cache.metrics.connections_open.load(Ordering::Relaxed),
         "memory_objects": objects,
         "memory_bytes": bytes,
+        "memory_capacity_bytes": cache.cfg.memory,
         "upstream": cache.upstream.url(),
     }))
 }

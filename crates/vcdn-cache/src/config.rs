@@ -60,6 +60,14 @@ pub struct CacheConfig {
     /// Heuristic freshness as a fraction of the time since Last-Modified.
     pub heuristic_fraction: f64,
     pub heuristic_max_s: u64,
+    /// LRU admission filter size (content-aware data plane paper, §III-A):
+    /// a GET for content not among the last N distinct paths requested is
+    /// answered `302` to `admission_redirect` instead of being proxied, so
+    /// unpopular content neither loads nor pollutes this cache. None: admit
+    /// everything.
+    pub admission_filter: Option<usize>,
+    /// Where filtered requests are sent (default: the upstream).
+    pub admission_redirect: Option<String>,
 }
 
 impl Default for CacheConfig {
@@ -90,6 +98,8 @@ impl Default for CacheConfig {
             targeted_fields: vec!["CDN-Cache-Control".into()],
             heuristic_fraction: 0.1,
             heuristic_max_s: 86_400,
+            admission_filter: None,
+            admission_redirect: None,
         }
     }
 }
@@ -124,6 +134,11 @@ impl CacheConfig {
         }
         if !self.upstream.starts_with("http://") {
             return bad("--upstream must be an http:// URL");
+        }
+        if let Some(r) = &self.admission_redirect {
+            if !r.starts_with("http://") && !r.starts_with("https://") {
+                return bad("--admission-redirect must be an http:// or https:// URL");
+            }
         }
         Ok(())
     }

@@ -26,10 +26,13 @@ pub enum CacheStatus {
     Pass,
     /// Answered by the cache itself with an error.
     Error,
+    /// Not admitted by the LRU admission filter: redirected (302) to the
+    /// origin without proxying.
+    Bypass,
 }
 
 impl CacheStatus {
-    pub const ALL: [CacheStatus; 8] = [
+    pub const ALL: [CacheStatus; 9] = [
         CacheStatus::Hit,
         CacheStatus::Miss,
         CacheStatus::Coalesced,
@@ -38,6 +41,7 @@ impl CacheStatus {
         CacheStatus::Refresh,
         CacheStatus::Pass,
         CacheStatus::Error,
+        CacheStatus::Bypass,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +54,7 @@ impl CacheStatus {
             CacheStatus::Refresh => "REFRESH",
             CacheStatus::Pass => "PASS",
             CacheStatus::Error => "ERROR",
+            CacheStatus::Bypass => "BYPASS",
         }
     }
 
@@ -60,7 +65,7 @@ impl CacheStatus {
 
 #[derive(Debug, Default)]
 pub struct Metrics {
-    pub requests: [AtomicU64; 8],
+    pub requests: [AtomicU64; 9],
     /// Responses by status class 1xx..5xx (index 1..=5).
     pub responses: [AtomicU64; 6],
     pub body_bytes_sent: AtomicU64,

@@ -23,6 +23,7 @@ use crate::reply::{
 };
 use crate::store::Store;
 use crate::upstream::{Upstream, UpstreamConfig, UpstreamRequest};
+use vcdn_policy::admission::{Admission, AdmissionFilter, LruFilter};
 
 /// The shared state of one cache instance.
 pub struct Cache {
@@ -37,6 +38,11 @@ pub struct Cache {
     /// `1.1 <name>`, appended to Via, and how loops are recognised.
     via: String,
     pub started: std::time::Instant,
+    /// The LRU admission filter, when configured (shared by all serving
+    /// threads: they serve one content population).
+    admission: Option<Mutex<LruFilter>>,
+    /// Base URL filtered requests are redirected to.
+    bypass_base: String,
 }
 
 /// Per-request facts the reply builder needs.
@@ -76,13 +82,20 @@ impl Cache {
         ) & 0xff_ffff;
         Ok(Cache {
             via: format!("1.1 {}-{suffix:06x}", cfg.via),
-            cfg,
             store,
             upstream,
             metrics: Metrics::default(),
             policy,
             inflight: Mutex::new(HashMap::new()),
             started: std::time::Instant::now(),
+            admission: cfg.admission_filter.map(|n| Mutex::new(LruFilter::new(n))),
+            bypass_base: cfg
+                .admission_redirect
+                .clone()
+                .unwrap_or_else(|| cfg.upstream.clone())
+                .trim_end_matches('/')
+                .to_string(),
+            cfg,
         })
     }
 
@@ -124,6 +137,41 @@ impl Cache {
             Method::Get | Method::Head => self.lookup(&ctx, peer).await,
             _ => self.pass(&ctx, body, peer).await,
         }
+    }
+
+    /// The admission filter's verdict on a GET or HEAD: `Some(302)` to the
+    /// origin when the content was not requested recently (the request is
+    /// then neither proxied nor cached here), `None` to serve it.
+    pub fn admit(&self, req: &RequestHead) -> Option<Reply> {
+        let filter = self.admission.as_ref()?;
+        if !matches!(req.method, Method::Get | Method::Head) {
+            return None;
+        }
+        let pq = req.path_and_query();
+        let path = pq.split(|&c| c == b'?').next().unwrap_or(pq);
+        let id = xxhash_rust::xxh3::xxh3_64(path);
+        if filter.lock().admit(id) == Admission::Edge {
+            return None;
+        }
+        self.metrics.request(CacheStatus::Bypass);
+        self.metrics.response(302, 0);
+        let mut head = status_line(302);
+        head.extend_from_slice(b"Date: ");
+        date::write_now(&mut head);
+        head.extend_from_slice(b"\r\nLocation: ");
+        head.extend_from_slice(self.bypass_base.as_bytes());
+        head.extend_from_slice(pq);
+        head.extend_from_slice(
+            b"\r\nCache-Control: no-store\r\nX-Cache: BYPASS\r\nContent-Length: 0\r\n",
+        );
+        finish_head(&mut head, !req.keep_alive);
+        Some(Reply {
+            status: 302,
+            head,
+            body: ReplyBody::Empty,
+            close: !req.keep_alive,
+            stats: None,
+        })
     }
 
     /// The fast path: a fresh hit in memory is answered without entering

@@ -173,14 +173,18 @@ impl Conn<'_> {
             // A fresh memory hit is answered at once; anything else goes
             // through the handler, boxed because its state is large and a
             // waiting connection should not carry it.
-            let reply = match self
-                .cache
-                .try_hit(&head, std::mem::take(&mut self.spare_head))
-            {
-                Ok(r) => r,
-                Err(buf) => {
-                    self.spare_head = buf;
-                    Box::pin(self.cache.handle(&head, body, self.peer.ip())).await
+            let reply = if let Some(r) = self.cache.admit(&head) {
+                r
+            } else {
+                match self
+                    .cache
+                    .try_hit(&head, std::mem::take(&mut self.spare_head))
+                {
+                    Ok(r) => r,
+                    Err(buf) => {
+                        self.spare_head = buf;
+                        Box::pin(self.cache.handle(&head, body, self.peer.ip())).await
+                    }
                 }
             };
             let close = reply.close || !head.keep_alive;

@@ -10,6 +10,10 @@ use vcdn_cache::config::parse_size;
 use vcdn_cache::ctl;
 use vcdn_cache::CacheConfig;
 
+mod model_cmd;
+mod name_cmd;
+mod router_cmd;
+
 #[derive(Parser)]
 #[command(
     name = "vcdn",
@@ -28,6 +32,14 @@ struct Cli {
 enum Cmd {
     /// Run an edge cache in front of an origin or a parent cache.
     Cache(CacheCmd),
+    /// Run the request router: geo-DNS, HTTP routing, admission filters.
+    Router(router_cmd::RouterArgs),
+    /// Content names: a video chunk's 64-bit id inside an IPv6 address.
+    #[command(subcommand)]
+    Name(name_cmd::NameCmd),
+    /// Analytical models (optimal LRU filter size).
+    #[command(subcommand)]
+    Model(model_cmd::ModelCmd),
     /// Run the demo origin (synthetic objects and streams).
     Origin {
         #[arg(long, default_value = "127.0.0.1:9000", env = "VCDN_ORIGIN_LISTEN")]
@@ -87,6 +99,13 @@ struct CacheArgs {
     /// Serving threads [default: one per available CPU].
     #[arg(long, env = "VCDN_THREADS")]
     threads: Option<usize>,
+    /// LRU admission filter of this many content ids: content not
+    /// requested recently is redirected (302) to the origin, not proxied.
+    #[arg(long, env = "VCDN_ADMISSION_FILTER")]
+    admission_filter: Option<usize>,
+    /// Where filtered requests go [default: the upstream].
+    #[arg(long, env = "VCDN_ADMISSION_REDIRECT")]
+    admission_redirect: Option<String>,
     /// TOML file with any of these settings (flags win).
     #[arg(long, env = "VCDN_CONFIG")]
     config: Option<PathBuf>,
@@ -155,6 +174,9 @@ fn main() -> ExitCode {
         }) => run_ctl(c),
         Cmd::Cache(CacheCmd { run, .. }) => run_cache(run),
         Cmd::Origin { listen } => run_origin(listen),
+        Cmd::Router(a) => router_cmd::run(a),
+        Cmd::Name(c) => name_cmd::run(c),
+        Cmd::Model(c) => model_cmd::run(c),
         Cmd::Demo {
             listen,
             admin,
@@ -199,6 +221,12 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     }
     if let Some(v) = a.threads {
         c.threads = v;
+    }
+    if a.admission_filter.is_some() {
+        c.admission_filter = a.admission_filter;
+    }
+    if a.admission_redirect.is_some() {
+        c.admission_redirect = a.admission_redirect;
     }
     Ok(c)
 }

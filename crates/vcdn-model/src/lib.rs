@@ -1,0 +1,11 @@
+//! vcdn's analytical models.
+//!
+//! - [`filter`]: Che's approximation of an LRU filter in front of an LRU
+//!   cache, its N → ∞ limit and the optimal filter size (Desmouceaux et al.,
+//!   IM 2019, §III-B/C); [`filter::filter_capacity`] sizes a live router's
+//!   filter.
+//! - [`numeric`]: the quadrature, root finding, minimisation and special
+//!   functions they rest on (no dependencies).
+
+pub mod filter;
+pub mod numeric;

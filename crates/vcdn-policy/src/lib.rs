@@ -1,0 +1,14 @@
+//! vcdn's pure decision code: no I/O and no clocks of its own, so the live
+//! router and cache and the simulator run the very same policies.
+//!
+//! - [`admission`]: the LRU filter of the content-aware data plane
+//!   (Desmouceaux et al., IM 2019, §III-A) that sends only recently seen
+//!   content to the edge and everything else straight to the origin.
+//! - [`hashing`]: consistent (rendezvous) hashing of content over a region's
+//!   healthy caches, so a chunk keeps going to the same cache.
+//! - [`popularity`]: online estimates of the Zipf exponent α and the
+//!   catalogue size N from a request stream, which the filter sizing needs.
+
+pub mod admission;
+pub mod hashing;
+pub mod popularity;

@@ -1,0 +1,162 @@
+//! The router's admin API, which the control plane calls to add, change
+//! and remove services at run time. `/healthz` and `/metrics` are open;
+//! everything else needs `Authorization: Bearer TOKEN`. Errors are RFC 9457
+//! problem documents.
+//!
+//! - `GET /services`, `GET /services/{name}`
+//! - `PUT /services/{name}` with a service as JSON (same fields as in the
+//!   TOML file) → 201 created / 200 replaced
+//! - `DELETE /services/{name}` → 204
+//! - `GET /caches`: health, load and admission counters of every cache
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use vcdn_http::serve::{Handler, Request, Response};
+use vcdn_http::Method;
+
+use crate::config::ServiceConfig;
+use crate::state::Router;
+
+pub fn handler(router: Arc<Router>, token: Arc<str>) -> Handler {
+    Arc::new(move |req| {
+        let r = route(&router, &token, req);
+        Box::pin(async move { r })
+    })
+}
+
+fn json_response(status: u16, v: &Value) -> Response {
+    Response::new(status, "application/json", format!("{v}\n"))
+}
+
+fn route(router: &Router, token: &str, req: Request) -> Response {
+    let path = String::from_utf8_lossy(req.head.path()).into_owned();
+    let m = req.head.method;
+    match (m, path.as_str()) {
+        (Method::Get | Method::Head, "/healthz") => {
+            let snap = router.snapshot();
+            return json_response(
+                200,
+                &json!({"status": "ok", "services": snap.services.len(), "config_version": snap.version}),
+            );
+        }
+        (Method::Get | Method::Head, "/metrics") => {
+            return Response::new(
+                200,
+                "text/plain; version=0.0.4",
+                crate::metrics::render(router),
+            );
+        }
+        _ => {}
+    }
+    if !authorized(token, &req) {
+        return Response::problem(
+            401,
+            "missing or wrong bearer token: send Authorization: Bearer <admin token>",
+        )
+        .header("WWW-Authenticate", "Bearer realm=\"vcdn-router\"");
+    }
+    match (m, path.as_str()) {
+        (Method::Get, "/services") => {
+            let cfg = router.config();
+            json_response(200, &json!({"services": cfg.services}))
+        }
+        (Method::Get, "/caches") => caches(router),
+        (_, p) if p.starts_with("/services/") => {
+            let name = &p["/services/".len()..];
+            match m {
+                Method::Get => match router
+                    .config()
+                    .services
+                    .into_iter()
+                    .find(|s| s.name == name)
+                {
+                    Some(s) => json_response(200, &json!(s)),
+                    None => Response::problem(404, &format!("no service named '{name}'")),
+                },
+                Method::Put => put_service(router, name, &req.body),
+                Method::Delete => match router.delete_service(name) {
+                    Ok(true) => Response::new(204, "text/plain", Vec::new()),
+                    Ok(false) => Response::problem(404, &format!("no service named '{name}'")),
+                    Err(e) => Response::problem(422, &e.to_string()),
+                },
+                _ => Response::problem(405, "use GET, PUT or DELETE on /services/{name}")
+                    .header("Allow", "GET, PUT, DELETE"),
+            }
+        }
+        _ => Response::problem(
+            404,
+            "no such endpoint; try /services, /services/{name}, /caches, /metrics or /healthz",
+        ),
+    }
+}
+
+fn put_service(router: &Router, name: &str, body: &[u8]) -> Response {
+    let mut v: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return Response::problem(400, &format!("body is not JSON: {e}")),
+    };
+    if let Some(obj) = v.as_object_mut() {
+        match obj.get("name") {
+            None => {
+                obj.insert("name".into(), json!(name));
+            }
+            Some(n) if n.as_str() == Some(name) => {}
+            Some(n) => {
+                return Response::problem(
+                    422,
+                    &format!("body names service {n} but the URL names '{name}'"),
+                )
+            }
+        }
+    }
+    let svc: ServiceConfig = match serde_json::from_value(v) {
+        Ok(s) => s,
+        Err(e) => return Response::problem(422, &format!("not a valid service: {e}")),
+    };
+    match router.put_service(svc.clone()) {
+        Ok(true) => json_response(201, &json!(svc)),
+        Ok(false) => json_response(200, &json!(svc)),
+        Err(e) => Response::problem(422, &e.to_string()),
+    }
+}
+
+fn caches(router: &Router) -> Response {
+    let snap = router.snapshot();
+    let mut out = Vec::new();
+    for svc in &snap.services {
+        for (ri, cs) in &svc.regions {
+            for c in cs {
+                let s = &c.state;
+                out.push(json!({
+                    "service": svc.config.name,
+                    "region": snap.regions[*ri].name,
+                    "address": s.endpoint.address.to_string(),
+                    "alive": s.alive.load(Ordering::Relaxed),
+                    "overloaded": s.overloaded.load(Ordering::Relaxed),
+                    "available": s.is_available(),
+                    "connections": s.connections.load(Ordering::Relaxed),
+                    "capacity_objects": s.capacity_objects(),
+                    "admitted_edge": s.admitted_edge.load(Ordering::Relaxed),
+                    "admitted_origin": s.admitted_origin.load(Ordering::Relaxed),
+                    "filter_capacity": c.filter.as_ref().map(|f| f.lock().capacity()),
+                }));
+            }
+        }
+    }
+    json_response(200, &json!({"caches": out}))
+}
+
+fn authorized(want: &str, req: &Request) -> bool {
+    let got = req
+        .head
+        .headers
+        .get(b"authorization")
+        .and_then(|v| v.strip_prefix(b"Bearer "))
+        .unwrap_or(b"");
+    // Constant-time comparison: the token is a secret.
+    want.len() == got.len()
+        && !want.is_empty()
+        && want.bytes().zip(got).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}

@@ -1,0 +1,5 @@
+//! Authoritative geo-DNS: wire format, answers, and the UDP/TCP servers.
+
+pub mod answer;
+pub mod server;
+pub mod wire;

@@ -1,0 +1,257 @@
+//! DNS over UDP and TCP.
+//!
+//! UDP: one blocking thread per `dns.threads`, each with its own
+//! `SO_REUSEPORT` socket, receiving and sending up to 64 datagrams per
+//! system call (`recvmmsg`/`sendmmsg`); the compiled snapshot is re-read
+//! only when its version changes, so the hot path takes no lock.
+//! TCP (RFC 7766): length-prefixed messages, several per connection, with an
+//! idle timeout and a bound on concurrent connections.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use super::answer::{answer, Transport};
+use crate::state::Router;
+
+const BATCH: usize = 64;
+const MAX_PACKET: usize = 4096;
+const TCP_IDLE: Duration = Duration::from_secs(10);
+const TCP_MAX_CONNECTIONS: usize = 1024;
+
+fn udp_socket(addr: SocketAddr) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(false).ok();
+    }
+    // Room for bursts while a thread is busy answering.
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.bind(&addr.into())?;
+    Ok(s)
+}
+
+/// Binds `threads` UDP sockets on one address (its port chosen by the
+/// kernel when `addr`'s is 0). Returns them with the bound address.
+pub fn bind_udp(addr: SocketAddr, threads: usize) -> io::Result<(Vec<Socket>, SocketAddr)> {
+    let first = udp_socket(addr)?;
+    let bound = first
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("UDP socket has no inet address"))?;
+    let mut sockets = vec![first];
+    for _ in 1..threads.max(1) {
+        sockets.push(udp_socket(bound)?);
+    }
+    Ok((sockets, bound))
+}
+
+/// Serves DNS over UDP on `sockets`, one thread each.
+pub fn start_udp(router: Arc<Router>, sockets: Vec<Socket>) -> io::Result<()> {
+    for (i, s) in sockets.into_iter().enumerate() {
+        let router = router.clone();
+        std::thread::Builder::new()
+            .name(format!("dns-udp-{i}"))
+            .spawn(move || udp_loop(router, s))?;
+    }
+    Ok(())
+}
+
+fn sockaddr_to_ip(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
+    match ss.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+            Some(IpAddr::from(
+                u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+            ))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(
+                ip.to_ipv4_mapped()
+                    .map(IpAddr::V4)
+                    .unwrap_or(IpAddr::V6(ip)),
+            )
+        }
+        _ => None,
+    }
+}
+
+fn udp_loop(router: Arc<Router>, socket: Socket) {
+    let fd = socket.as_raw_fd();
+    let mut snap = router.snapshot();
+    let mut rbufs = vec![[0u8; MAX_PACKET]; BATCH];
+    let mut wbufs: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::with_capacity(1232)).collect();
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut addrs: Vec<libc::sockaddr_storage> =
+        vec![unsafe { MaybeUninit::zeroed().assume_init() }; BATCH];
+    loop {
+        let mut iov: Vec<libc::iovec> = rbufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: MAX_PACKET,
+            })
+            .collect();
+        // SAFETY: zeroed mmsghdr is valid; pointers set below outlive the call.
+        let mut msgs: Vec<libc::mmsghdr> = (0..BATCH)
+            .map(|_| unsafe { MaybeUninit::zeroed().assume_init() })
+            .collect();
+        for i in 0..BATCH {
+            msgs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
+            msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            msgs[i].msg_hdr.msg_iov = &mut iov[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: msgs/iov/addrs/rbufs are valid for BATCH entries.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                msgs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            tracing::warn!(error = %e, "DNS UDP receive failed");
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        let n = n as usize;
+        if router.version() != snap.version {
+            snap = router.snapshot();
+        }
+        router
+            .metrics
+            .dns_udp
+            .fetch_add(n as u64, Ordering::Relaxed);
+        let mut out_iov: Vec<libc::iovec> = Vec::with_capacity(n);
+        let mut out_idx: Vec<usize> = Vec::with_capacity(n);
+        for i in 0..n {
+            let len = msgs[i].msg_len as usize;
+            let Some(src) = sockaddr_to_ip(&addrs[i]) else {
+                continue;
+            };
+            if answer(
+                &snap,
+                &router.metrics,
+                &rbufs[i][..len],
+                src,
+                Transport::Udp,
+                &mut wbufs[i],
+            ) {
+                out_idx.push(i);
+            }
+        }
+        for &i in &out_idx {
+            out_iov.push(libc::iovec {
+                iov_base: wbufs[i].as_mut_ptr().cast(),
+                iov_len: wbufs[i].len(),
+            });
+        }
+        // SAFETY: zeroed mmsghdr is valid; pointers set below outlive the call.
+        let mut out: Vec<libc::mmsghdr> = (0..out_idx.len())
+            .map(|_| unsafe { MaybeUninit::zeroed().assume_init() })
+            .collect();
+        for (k, &i) in out_idx.iter().enumerate() {
+            out[k].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
+            out[k].msg_hdr.msg_namelen = msgs[i].msg_hdr.msg_namelen;
+            out[k].msg_hdr.msg_iov = &mut out_iov[k];
+            out[k].msg_hdr.msg_iovlen = 1;
+        }
+        let mut sent = 0;
+        while sent < out.len() {
+            // SAFETY: out[sent..] entries point at live buffers.
+            let r = unsafe {
+                libc::sendmmsg(fd, out[sent..].as_mut_ptr(), (out.len() - sent) as u32, 0)
+            };
+            if r <= 0 {
+                // A failing destination (e.g. unreachable) must not stall
+                // the others: skip it.
+                sent += 1;
+            } else {
+                sent += r as usize;
+            }
+        }
+    }
+}
+
+/// Serves DNS over TCP on `listener` forever.
+pub async fn serve_tcp(router: Arc<Router>, listener: TcpListener) {
+    let limit = Arc::new(Semaphore::new(TCP_MAX_CONNECTIONS));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "DNS TCP accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            drop(stream); // over the limit: close at once
+            continue;
+        };
+        let router = router.clone();
+        tokio::spawn(async move {
+            let _ = tcp_connection(router, stream, peer.ip()).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn tcp_connection(router: Arc<Router>, mut s: TcpStream, peer: IpAddr) -> io::Result<()> {
+    let peer = match peer {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(peer),
+        v4 => v4,
+    };
+    let mut buf = vec![0u8; 65535];
+    let mut out = Vec::with_capacity(1024);
+    loop {
+        let mut len = [0u8; 2];
+        match tokio::time::timeout(TCP_IDLE, s.read_exact(&mut len)).await {
+            Ok(Ok(_)) => {}
+            _ => return Ok(()),
+        }
+        let n = u16::from_be_bytes(len) as usize;
+        match tokio::time::timeout(TCP_IDLE, s.read_exact(&mut buf[..n])).await {
+            Ok(Ok(_)) => {}
+            _ => return Ok(()),
+        }
+        router.metrics.dns_tcp.fetch_add(1, Ordering::Relaxed);
+        let snap = router.snapshot();
+        if !answer(
+            &snap,
+            &router.metrics,
+            &buf[..n],
+            peer,
+            Transport::Tcp,
+            &mut out,
+        ) {
+            return Ok(());
+        }
+        let mut framed = Vec::with_capacity(out.len() + 2);
+        framed.extend_from_slice(&(out.len() as u16).to_be_bytes());
+        framed.extend_from_slice(&out);
+        tokio::time::timeout(TCP_IDLE, s.write_all(&framed))
+            .await
+            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
+    }
+}

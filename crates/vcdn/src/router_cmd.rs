@@ -1,0 +1,82 @@
+//! `vcdn router`: flags → `vcdn_router::start`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use vcdn_router::{RouterConfig, RouterOptions};
+
+#[derive(Args)]
+pub struct RouterArgs {
+    /// DNS address (UDP and TCP) [default: 127.0.0.1:5353].
+    #[arg(long, env = "VCDN_ROUTER_DNS")]
+    dns: Option<SocketAddr>,
+    /// HTTP routing address (302 redirects) [default: 127.0.0.1:8053].
+    #[arg(long, env = "VCDN_ROUTER_HTTP")]
+    http: Option<SocketAddr>,
+    /// Admin API, /metrics and /healthz [default: 127.0.0.1:8054].
+    #[arg(long, env = "VCDN_ROUTER_ADMIN")]
+    admin: Option<SocketAddr>,
+    /// Bearer token of the admin API (generated and logged if absent).
+    #[arg(long, env = "VCDN_ROUTER_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// TOML file: DNS zone data, coverage zones, regions, services.
+    #[arg(long, env = "VCDN_ROUTER_CONFIG")]
+    config: Option<PathBuf>,
+    /// DNS UDP serving threads (overrides dns.threads).
+    #[arg(long)]
+    dns_threads: Option<usize>,
+    /// Serve no DNS.
+    #[arg(long, conflicts_with = "dns")]
+    no_dns: bool,
+}
+
+pub fn run(a: RouterArgs) -> Result<(), String> {
+    let mut cfg = match &a.config {
+        Some(p) => RouterConfig::from_file(p).map_err(|e| e.to_string())?,
+        None => RouterConfig::default(),
+    };
+    if let Some(t) = a.dns_threads {
+        cfg.dns.threads = t.max(1);
+    }
+    let opts = RouterOptions {
+        dns: if a.no_dns {
+            None
+        } else {
+            Some(
+                a.dns
+                    .unwrap_or_else(|| "127.0.0.1:5353".parse().expect("static address")),
+            )
+        },
+        http: Some(
+            a.http
+                .unwrap_or_else(|| "127.0.0.1:8053".parse().expect("static address")),
+        ),
+        admin: Some(
+            a.admin
+                .unwrap_or_else(|| "127.0.0.1:8054".parse().expect("static address")),
+        ),
+        admin_token: a.admin_token,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    rt.block_on(async move {
+        let services = cfg.services.len();
+        let (_router, l) = vcdn_router::start(cfg, opts).await?;
+        if let Some(d) = l.dns {
+            println!("vcdn router DNS on udp/{d} and tcp/{d}");
+        }
+        if let Some(h) = l.http {
+            println!("vcdn router HTTP routing on http://{h}");
+        }
+        if let Some(ad) = l.admin {
+            println!("vcdn router admin on http://{ad} (/healthz, /metrics, /services, /caches)");
+        }
+        tracing::info!(dns = ?l.dns, http = ?l.http, admin = ?l.admin, services, "vcdn router ready");
+        std::future::pending::<()>().await;
+        Ok(())
+    })
+}

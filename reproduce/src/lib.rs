@@ -1,0 +1,11 @@
+//! Reproductions of the papers behind vcdn, made with vcdn's own code.
+//!
+//! - [`lru_filter`]: the LRU filter of Desmouceaux et al., IM 2019 (Fig. 5,
+//!   Fig. 7, §V-A, Tables I and II); binary `lru-filter`.
+//! - [`irm`]: IRM simulation (seeded Zipf requests, the real
+//!   `vcdn_policy` admission filters, an O(1) LRU cache).
+//! - [`svg`]: a tiny SVG line chart for the figures.
+
+pub mod irm;
+pub mod lru_filter;
+pub mod svg;
