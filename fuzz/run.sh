@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run every vcdn-http fuzz target in turn and print one summary line each.
+# Run every fuzz target in turn and print one summary line each.
 #
 #   fuzz/run.sh                      # every target, FUZZ_SECONDS (60) each
 #   fuzz/run.sh request_head chunked # only these targets

@@ -1099,3 +1099,35 @@ async fn an_unsized_filter_sizes_itself_from_the_request_stream() {
     // A few times the edge's ~40 objects, well under the catalogue.
     assert!((40..2000).contains(&size), "filter size {size}");
 }
+
+#[tokio::test]
+async fn an_overloaded_cache_leaves_the_answers_until_its_load_drops() {
+    let origin = origin();
+    let busy = region_cache("127.10.0.1", origin.addr, &[]);
+    let other = region_cache("127.10.0.2", origin.addr, &[]);
+    let dir = tempdir("router-overload");
+    // The first cache counts as overloaded at 3 open connections.
+    let entry = format!(
+        "{{ address = \"{}\", admin = \"{}\", max_connections = 3 }}",
+        busy.addr,
+        busy.admin.expect("admin")
+    );
+    let config = base_config(origin.addr, &[&busy, &other], &[&other], "{ filter = \"none\" }")
+        .replacen(&cache_entry(&busy), &entry, 1);
+    let r = start_router(&dir, &config);
+    let answer = || addresses(&dig(r.dns, &["-b", "127.1.0.5", "video.demo.example", "A"]));
+    assert_eq!(answer(), vec!["127.10.0.1", "127.10.0.2"]);
+    let held: Vec<std::net::TcpStream> =
+        (0..3).map(|_| std::net::TcpStream::connect(busy.addr).expect("connect")).collect();
+    let loaded = Instant::now();
+    assert!(
+        eventually(2, || async { answer() == vec!["127.10.0.2"] }).await,
+        "overloaded cache still answered"
+    );
+    assert!(loaded.elapsed() < Duration::from_secs(1), "took {:?}", loaded.elapsed());
+    drop(held);
+    assert!(
+        eventually(3, || async { answer().len() == 2 }).await,
+        "cache did not return when its load dropped"
+    );
+}
