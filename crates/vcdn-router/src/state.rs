@@ -374,9 +374,10 @@ impl Router {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as u32)
             .unwrap_or(1);
-        let soa = |_apex: &Name| Soa {
-            mname: mname.clone(),
-            rname: rname.clone(),
+        // One SOA for every zone: the same servers, mailbox and timers.
+        let soa = Soa {
+            mname,
+            rname,
             serial,
             refresh: 3600,
             retry: 600,
@@ -389,7 +390,7 @@ impl Router {
             zones.insert(
                 apex.wire().to_vec(),
                 Zone {
-                    soa: soa(&apex),
+                    soa: soa.clone(),
                     apex,
                 },
             );
@@ -398,7 +399,7 @@ impl Router {
             zones
                 .entry(s.hostname.wire().to_vec())
                 .or_insert_with(|| Zone {
-                    soa: soa(&s.hostname),
+                    soa: soa.clone(),
                     apex: s.hostname.clone(),
                 });
         }

@@ -1112,22 +1112,112 @@ async fn an_overloaded_cache_leaves_the_answers_until_its_load_drops() {
         busy.addr,
         busy.admin.expect("admin")
     );
-    let config = base_config(origin.addr, &[&busy, &other], &[&other], "{ filter = \"none\" }")
-        .replacen(&cache_entry(&busy), &entry, 1);
+    let config = base_config(
+        origin.addr,
+        &[&busy, &other],
+        &[&other],
+        "{ filter = \"none\" }",
+    )
+    .replacen(&cache_entry(&busy), &entry, 1);
     let r = start_router(&dir, &config);
     let answer = || addresses(&dig(r.dns, &["-b", "127.1.0.5", "video.demo.example", "A"]));
     assert_eq!(answer(), vec!["127.10.0.1", "127.10.0.2"]);
-    let held: Vec<std::net::TcpStream> =
-        (0..3).map(|_| std::net::TcpStream::connect(busy.addr).expect("connect")).collect();
+    let held: Vec<std::net::TcpStream> = (0..3)
+        .map(|_| std::net::TcpStream::connect(busy.addr).expect("connect"))
+        .collect();
     let loaded = Instant::now();
     assert!(
         eventually(2, || async { answer() == vec!["127.10.0.2"] }).await,
         "overloaded cache still answered"
     );
-    assert!(loaded.elapsed() < Duration::from_secs(1), "took {:?}", loaded.elapsed());
+    assert!(
+        loaded.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        loaded.elapsed()
+    );
     drop(held);
     assert!(
         eventually(3, || async { answer().len() == 2 }).await,
         "cache did not return when its load dropped"
     );
+}
+
+fn vcdn(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(args)
+        .output()
+        .expect("vcdn runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn name_and_model_commands() {
+    let (ok, addr, _) = vcdn(&[
+        "name",
+        "encode",
+        "--prefix",
+        "2001:db8:1:2::/64",
+        "--video",
+        "42",
+        "--chunk",
+        "7",
+        "--quality",
+        "3",
+        "--duration",
+        "4",
+    ]);
+    assert!(ok);
+    let addr = addr.trim();
+    let (ok, fields, _) = vcdn(&["name", "decode", addr]);
+    assert!(ok);
+    for f in [
+        "prefix: 2001:db8:1:2::/64",
+        "video: 42",
+        "chunk: 7",
+        "quality: 3",
+        "duration: 4.00s",
+    ] {
+        assert!(fields.contains(f), "{f} missing in {fields}");
+    }
+    let (ok, _, err) = vcdn(&[
+        "name",
+        "encode",
+        "--prefix",
+        "2001:db8::/48",
+        "--video",
+        "1",
+        "--chunk",
+        "1",
+        "--quality",
+        "1",
+        "--duration",
+        "2",
+    ]);
+    assert!(!ok && err.contains("/64"), "{err}");
+    // The paper's example: α = 0.9, δ2 = 0.01 → δ1* ≈ 0.067.
+    let (ok, d1, err) = vcdn(&[
+        "model",
+        "filter-size",
+        "--alpha",
+        "0.9",
+        "--cache-ratio",
+        "0.01",
+    ]);
+    assert!(ok, "{err}");
+    let d1: f64 = d1.trim().parse().expect("a number");
+    assert!((d1 - 0.067).abs() < 0.002, "{d1}");
+    assert!(err.contains("guideline"), "{err}");
+    let (ok, _, err) = vcdn(&[
+        "model",
+        "filter-size",
+        "--alpha",
+        "0.9",
+        "--cache-ratio",
+        "1.5",
+    ]);
+    assert!(!ok && err.contains("--cache-ratio"), "{err}");
 }

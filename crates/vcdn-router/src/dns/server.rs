@@ -89,33 +89,44 @@ fn sockaddr_to_ip(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
     }
 }
 
+/// An all-zero C struct.
+///
+/// # Safety
+/// Only for plain C structs whose all-zero bit pattern is valid
+/// (`sockaddr_storage`, `iovec`, `mmsghdr`: integers and null pointers).
+unsafe fn zeroed<T>() -> T {
+    // SAFETY: the caller guarantees all-zero is a valid T.
+    unsafe { MaybeUninit::zeroed().assume_init() }
+}
+
 fn udp_loop(router: Arc<Router>, socket: Socket) {
     let fd = socket.as_raw_fd();
     let mut snap = router.snapshot();
     let mut rbufs = vec![[0u8; MAX_PACKET]; BATCH];
     let mut wbufs: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::with_capacity(1232)).collect();
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut addrs: Vec<libc::sockaddr_storage> =
-        vec![unsafe { MaybeUninit::zeroed().assume_init() }; BATCH];
+    let mut addrs: Vec<libc::sockaddr_storage> = (0..BATCH).map(|_| unsafe { zeroed() }).collect();
+    // The message headers point into `rbufs`, `addrs` and `iov`, which are
+    // allocated once here and never grow, so the pointers stay valid.
+    let mut iov: Vec<libc::iovec> = rbufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: MAX_PACKET,
+        })
+        .collect();
+    let mut msgs: Vec<libc::mmsghdr> = (0..BATCH).map(|_| unsafe { zeroed() }).collect();
+    for i in 0..BATCH {
+        msgs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
+        msgs[i].msg_hdr.msg_iov = &mut iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    let mut out_iov: Vec<libc::iovec> = (0..BATCH).map(|_| unsafe { zeroed() }).collect();
+    let mut out: Vec<libc::mmsghdr> = (0..BATCH).map(|_| unsafe { zeroed() }).collect();
     loop {
-        let mut iov: Vec<libc::iovec> = rbufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: MAX_PACKET,
-            })
-            .collect();
-        // SAFETY: zeroed mmsghdr is valid; pointers set below outlive the call.
-        let mut msgs: Vec<libc::mmsghdr> = (0..BATCH)
-            .map(|_| unsafe { MaybeUninit::zeroed().assume_init() })
-            .collect();
-        for i in 0..BATCH {
-            msgs[i].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
-            msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-            msgs[i].msg_hdr.msg_iov = &mut iov[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
+        for m in msgs.iter_mut() {
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
         }
-        // SAFETY: msgs/iov/addrs/rbufs are valid for BATCH entries.
+        // SAFETY: msgs points at BATCH valid buffers and addresses.
         let n = unsafe {
             libc::recvmmsg(
                 fd,
@@ -142,14 +153,13 @@ fn udp_loop(router: Arc<Router>, socket: Socket) {
             .metrics
             .dns_udp
             .fetch_add(n as u64, Ordering::Relaxed);
-        let mut out_iov: Vec<libc::iovec> = Vec::with_capacity(n);
-        let mut out_idx: Vec<usize> = Vec::with_capacity(n);
+        let mut k = 0;
         for i in 0..n {
             let len = msgs[i].msg_len as usize;
             let Some(src) = sockaddr_to_ip(&addrs[i]) else {
                 continue;
             };
-            if answer(
+            if !answer(
                 &snap,
                 &router.metrics,
                 &rbufs[i][..len],
@@ -157,31 +167,22 @@ fn udp_loop(router: Arc<Router>, socket: Socket) {
                 Transport::Udp,
                 &mut wbufs[i],
             ) {
-                out_idx.push(i);
+                continue;
             }
-        }
-        for &i in &out_idx {
-            out_iov.push(libc::iovec {
+            out_iov[k] = libc::iovec {
                 iov_base: wbufs[i].as_mut_ptr().cast(),
                 iov_len: wbufs[i].len(),
-            });
-        }
-        // SAFETY: zeroed mmsghdr is valid; pointers set below outlive the call.
-        let mut out: Vec<libc::mmsghdr> = (0..out_idx.len())
-            .map(|_| unsafe { MaybeUninit::zeroed().assume_init() })
-            .collect();
-        for (k, &i) in out_idx.iter().enumerate() {
+            };
             out[k].msg_hdr.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
             out[k].msg_hdr.msg_namelen = msgs[i].msg_hdr.msg_namelen;
             out[k].msg_hdr.msg_iov = &mut out_iov[k];
             out[k].msg_hdr.msg_iovlen = 1;
+            k += 1;
         }
         let mut sent = 0;
-        while sent < out.len() {
-            // SAFETY: out[sent..] entries point at live buffers.
-            let r = unsafe {
-                libc::sendmmsg(fd, out[sent..].as_mut_ptr(), (out.len() - sent) as u32, 0)
-            };
+        while sent < k {
+            // SAFETY: out[sent..k] point at live answers and addresses.
+            let r = unsafe { libc::sendmmsg(fd, out[sent..k].as_mut_ptr(), (k - sent) as u32, 0) };
             if r <= 0 {
                 // A failing destination (e.g. unreachable) must not stall
                 // the others: skip it.
