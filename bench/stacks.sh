@@ -3,8 +3,12 @@
 # CPU-second, for vcdn's hand-written HTTP/1.1 hit path versus
 #   - hyper-static: the cheapest plain hyper 1.x + tokio server sending the
 #     same response (bench/stacks/hyper-static), and
+#   - uring-static: the same response from an io_uring loop (one
+#     io_uring_enter per batch of completions instead of a recv and a send
+#     system call per request; bench/stacks/uring-static), and
 #   - nginx-static: nginx serving a 43-byte file (bench/stacks/nginx-static.conf.tmpl).
-# It answers "would vcdn be as cheap on hyper?" on this machine.
+# It answers "would vcdn be as cheap on hyper?" and "what would batched
+# submission with io_uring save?" on this machine.
 #
 # Measured the way bench/cache.sh measures: each server alone, pinned to
 # CPU 0 and sized for one core; wrk on CPU 1; server CPU = utime+stime of all
@@ -17,7 +21,7 @@
 #   CONNS=50         wrk -c
 #   WRK_THREADS=2    wrk -t (all on CPU 1)
 #   BASE_PORT=18180  origin=BASE, vcdn=+1, hyper=+2, nginx=+3 (cache.sh uses 18080..)
-#   SERVERS="hyper vcdn nginx"   subset / order to run (ratios need vcdn)
+#   SERVERS="hyper uring vcdn nginx"   subset / order to run (ratios need vcdn)
 #   SKIP_BUILD=1     skip both cargo builds
 #   OUT=             if set, also write the markdown report to this file
 #
@@ -36,7 +40,7 @@ WARMUP=${WARMUP:-1s}
 CONNS=${CONNS:-50}
 WRK_THREADS=${WRK_THREADS:-2}
 BASE_PORT=${BASE_PORT:-18180}
-SERVERS=${SERVERS:-hyper vcdn nginx}
+SERVERS=${SERVERS:-hyper uring vcdn nginx}
 SKIP_BUILD=${SKIP_BUILD:-0}
 OUT=${OUT:-}
 
@@ -44,6 +48,7 @@ OUT=${OUT:-}
 # invalidates) the workspace's target/.
 HYPER_TARGET_DIR=$STACKS_DIR/target
 HYPER_BIN=$HYPER_TARGET_DIR/release/hyper-static
+URING_BIN=$HYPER_TARGET_DIR/release/uring-static
 VCDN_BIN=$ROOT/target/release/vcdn
 NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
 
@@ -54,13 +59,13 @@ PATH_43=/size/43
 BODY_43=0123456789abcdefghijklmnopqrstuvwxyz0123456   # vcdn origin's /size/43
 
 ORIGIN_PORT=$BASE_PORT
-declare -A PORT=([vcdn]=$((BASE_PORT + 1)) [hyper]=$((BASE_PORT + 2)) [nginx]=$((BASE_PORT + 3)))
-declare -A LABEL=([vcdn]="vcdn (cache hit)" [hyper]="hyper-static" [nginx]="nginx-static")
+declare -A PORT=([vcdn]=$((BASE_PORT + 1)) [hyper]=$((BASE_PORT + 2)) [nginx]=$((BASE_PORT + 3)) [uring]=$((BASE_PORT + 4)))
+declare -A LABEL=([vcdn]="vcdn (cache hit)" [hyper]="hyper-static" [nginx]="nginx-static" [uring]="uring-static")
 
 log() { printf '[stacks.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { printf '[stacks.sh] ERROR: %s\n' "$*" >&2; exit 1; }
 
-for s in $SERVERS; do [[ -n ${PORT[$s]:-} ]] || die "unknown server '$s' in SERVERS (hyper vcdn nginx)"; done
+for s in $SERVERS; do [[ -n ${PORT[$s]:-} ]] || die "unknown server '$s' in SERVERS (hyper uring vcdn nginx)"; done
 for t in wrk taskset curl ss; do command -v "$t" >/dev/null || die "$t not found"; done
 [[ " $SERVERS " != *" nginx "* || -x $NGINX_BIN ]] || die "nginx not found at $NGINX_BIN (apt-get install nginx-light)"
 
@@ -105,6 +110,11 @@ start_hyper() {
   LAST_PID=$!
 }
 
+start_uring() {
+  taskset -c "$SERVER_CPU" "$URING_BIN" "127.0.0.1:${PORT[uring]}" >"$TMP/uring.log" 2>&1 &
+  LAST_PID=$!
+}
+
 start_vcdn() {
   RUST_LOG=${RUST_LOG:-warn} taskset -c "$SERVER_CPU" "$VCDN_BIN" cache \
     --listen "127.0.0.1:${PORT[vcdn]}" --upstream "http://127.0.0.1:$ORIGIN_PORT" \
@@ -128,6 +138,7 @@ start_nginx() {
 server_logs() {
   case $1 in
     hyper) tail -n 20 "$TMP/hyper.log" ;;
+    uring) tail -n 20 "$TMP/uring.log" ;;
     vcdn) tail -n 20 "$TMP/vcdn.log" "$TMP/origin.log" ;;
     nginx) tail -n 20 "$TMP/nginx/nginx-error.log" "$TMP/nginx/stdout.log" ;;
   esac 2>/dev/null || true
@@ -230,7 +241,7 @@ report() {
     echo "| server | req/s | server CPU-s | server CPU util | req per CPU-s | CPU-us/req | bytes/resp | p99 ms | errors | CPU$SERVER_CPU not charged (s) | CPU$CLIENT_CPU busy |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     awk -F'\t' -v order="$SERVERS" -v hz="$CLK_TCK" '
-      BEGIN { lbl["hyper"] = "hyper-static"; lbl["vcdn"] = "vcdn (cache hit)"; lbl["nginx"] = "nginx-static" }
+      BEGIN { lbl["hyper"] = "hyper-static"; lbl["uring"] = "uring-static"; lbl["vcdn"] = "vcdn (cache hit)"; lbl["nginx"] = "nginx-static" }
       function ratio(a, b) { return (a > 0 && b > 0) ? sprintf("%.2fx", a / b) : "n/a" }
       {
         s = $1; d = $4 / 1e6
@@ -249,6 +260,7 @@ report() {
         print "| ratio | req per CPU-s | req/s |"
         print "|---|---:|---:|"
         if ("hyper" in rps) printf "| vcdn/hyper-static | %s | %s |\n", ratio(rpc["vcdn"], rpc["hyper"]), ratio(rps["vcdn"], rps["hyper"])
+        if ("uring" in rps) printf "| vcdn/uring-static | %s | %s |\n", ratio(rpc["vcdn"], rpc["uring"]), ratio(rps["vcdn"], rps["uring"])
         if ("nginx" in rps) printf "| vcdn/nginx-static | %s | %s |\n", ratio(rpc["vcdn"], rpc["nginx"]), ratio(rps["vcdn"], rps["nginx"])
       }' "$TMP/results.tsv"
     echo
@@ -277,10 +289,14 @@ main() {
     log "building hyper-static (target dir $HYPER_TARGET_DIR)"
     (cd "$STACKS_DIR/hyper-static" && CARGO_TARGET_DIR=$HYPER_TARGET_DIR cargo build --release) >&2 \
       || die "hyper-static build failed"
+    log "building uring-static (target dir $HYPER_TARGET_DIR)"
+    (cd "$STACKS_DIR/uring-static" && CARGO_TARGET_DIR=$HYPER_TARGET_DIR cargo build --release) >&2 \
+      || die "uring-static build failed"
     log "building vcdn (cargo build --release -p vcdn)"
     (cd "$ROOT" && cargo build --release -p vcdn) >&2 || die "vcdn build failed"
   fi
   [[ -x $HYPER_BIN ]] || die "hyper-static binary not found at $HYPER_BIN"
+  [[ -x $URING_BIN ]] || die "uring-static binary not found at $URING_BIN"
   [[ -x $VCDN_BIN ]] || die "vcdn binary not found at $VCDN_BIN"
 
   TMP=$(mktemp -d /tmp/vcdn-stacks-bench.XXXXXX)
