@@ -110,10 +110,6 @@ impl<T: Clone> PrefixMap<T> {
             .iter()
             .find_map(|(len, t)| t.get(&mask(ip, *len)).map(|v| (v, *len)))
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.v4.is_empty() && self.v6.is_empty()
-    }
 }
 
 /// Great-circle distance in km between two (lat, lon) points in degrees.

@@ -6,10 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::dns::wire::Rcode;
 use crate::state::Router;
 
-const RCODES: [Rcode; 7] = [
+const RCODES: [Rcode; 6] = [
     Rcode::NoError,
     Rcode::FormErr,
-    Rcode::ServFail,
     Rcode::NxDomain,
     Rcode::NotImp,
     Rcode::Refused,
@@ -23,7 +22,7 @@ pub struct Metrics {
     pub dns_dropped: AtomicU64,
     pub dns_truncated: AtomicU64,
     pub dns_ecs: AtomicU64,
-    dns_rcode: [AtomicU64; 7],
+    dns_rcode: [AtomicU64; 6],
     pub http_edge: AtomicU64,
     pub http_edge_fallback: AtomicU64,
     pub http_origin_filter: AtomicU64,

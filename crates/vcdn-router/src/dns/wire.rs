@@ -27,7 +27,6 @@ const OPT_CLIENT_SUBNET: u16 = 8;
 pub enum Rcode {
     NoError = 0,
     FormErr = 1,
-    ServFail = 2,
     NxDomain = 3,
     NotImp = 4,
     Refused = 5,
@@ -40,7 +39,6 @@ impl Rcode {
         match self {
             Rcode::NoError => "NOERROR",
             Rcode::FormErr => "FORMERR",
-            Rcode::ServFail => "SERVFAIL",
             Rcode::NxDomain => "NXDOMAIN",
             Rcode::NotImp => "NOTIMP",
             Rcode::Refused => "REFUSED",
@@ -156,15 +154,6 @@ impl Name {
             at += 1 + len;
             Some(l)
         })
-    }
-
-    /// The name with its first label removed (`None` for the root).
-    pub fn parent(&self) -> Option<Name> {
-        let len = *self.wire.first()? as usize;
-        if len == 0 {
-            return None;
-        }
-        Some(Name::from_wire(&self.wire[1 + len..]))
     }
 
     /// The suffixes of this name from itself up to the root.
@@ -569,17 +558,7 @@ impl<'b> ResponseWriter<'b> {
         self.counts[2] += 1;
     }
 
-    /// Current length of the message.
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// True when nothing is written (never: the header always is).
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-
-    /// Drops everything after `len` bytes and sets TC: the answer did not
+    /// Drops every record and sets TC: the answer did not
     /// fit, the client retries over TCP (RFC 1035 §4.2.1, RFC 7766).
     pub fn truncate_to_question(&mut self, question_end: usize) {
         self.buf.truncate(question_end);
@@ -753,7 +732,6 @@ mod tests {
     #[test]
     fn name_helpers() {
         let n = Name::parse("a.b.example.").unwrap();
-        assert_eq!(n.parent().unwrap(), Name::parse("b.example").unwrap());
         let anc: Vec<Name> = n.ancestors().map(Name::from_wire).collect();
         assert_eq!(anc.len(), 4);
         assert_eq!(anc[3], Name::root());
