@@ -68,6 +68,9 @@ pub struct CacheConfig {
     pub admission_filter: Option<usize>,
     /// Where filtered requests are sent (default: the upstream).
     pub admission_redirect: Option<String>,
+    /// Serve the hit path from io_uring when the kernel allows it (see
+    /// `ring.rs`); false keeps every connection on the epoll loop.
+    pub io_uring: bool,
 }
 
 impl Default for CacheConfig {
@@ -100,6 +103,7 @@ impl Default for CacheConfig {
             heuristic_max_s: 86_400,
             admission_filter: None,
             admission_redirect: None,
+            io_uring: true,
         }
     }
 }

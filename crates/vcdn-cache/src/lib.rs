@@ -28,6 +28,7 @@ pub mod object;
 pub mod policy;
 pub mod proxy;
 pub mod reply;
+pub mod ring;
 pub mod server;
 pub mod store;
 pub mod upstream;
@@ -86,6 +87,7 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
     let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());
     let mut handles = Vec::new();
     let mut admin = admin;
+    let use_ring = cache.cfg.io_uring && ring::available();
     for (i, l) in listeners.into_iter().enumerate() {
         let cache = cache.clone();
         let admin = if i == 0 { admin.take() } else { None };
@@ -131,7 +133,17 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                             });
                         }
                     }
-                    server::accept_loop(cache, l).await;
+                    if use_ring {
+                        let fallback = l.try_clone();
+                        if let Err(e) = ring::serve(cache.clone(), l).await {
+                            tracing::warn!(error = %e, "io_uring front end failed; serving with epoll");
+                            if let Ok(l) = fallback {
+                                server::accept_loop(cache, l).await;
+                            }
+                        }
+                    } else {
+                        server::accept_loop(cache, l).await;
+                    }
                 });
             })
             .map_err(|e| format!("cannot start thread: {e}"))?;

@@ -131,14 +131,34 @@ struct Conn<'a> {
 }
 
 async fn connection(cache: &Arc<Cache>, stream: AsyncFd<StdStream>, peer: SocketAddr) {
+    connection_from(cache, stream, peer, Handover::default()).await
+}
+
+/// What a connection brings when the io_uring front end hands it over
+/// (`crate::ring`): bytes read but not answered, maybe a reply already made
+/// for the first of them, and when the pending request head started.
+#[derive(Default)]
+pub(crate) struct Handover {
+    pub rbuf: BytesMut,
+    /// The reply, whether the request was HEAD, whether to close after it.
+    pub first: Option<(Reply, bool, bool)>,
+    pub head_started: Option<Instant>,
+}
+
+pub(crate) async fn connection_from(
+    cache: &Arc<Cache>,
+    stream: AsyncFd<StdStream>,
+    peer: SocketAddr,
+    h: Handover,
+) {
     let cfg = &cache.cfg;
     let mut c = Conn {
         cache,
         stream,
         peer,
-        rbuf: BytesMut::new(),
+        rbuf: h.rbuf,
         out: Vec::new(),
-        head_started: None,
+        head_started: h.head_started,
         spare_head: Vec::new(),
         limits: Limits {
             max_request_line: cfg.max_request_line,
@@ -146,7 +166,17 @@ async fn connection(cache: &Arc<Cache>, stream: AsyncFd<StdStream>, peer: Socket
             max_headers: cfg.max_headers,
         },
     };
-    if let Err(e) = c.run().await {
+    let result = async {
+        if let Some((reply, head_only, close)) = h.first {
+            let clean = Box::pin(c.send(reply, head_only)).await?;
+            if close || !clean {
+                return c.flush().await;
+            }
+        }
+        c.run().await
+    }
+    .await;
+    if let Err(e) = result {
         tracing::debug!(peer = %peer, error = %e, "connection ended");
     }
 }

@@ -688,3 +688,87 @@ async fn objects_being_fetched_show_their_progress() {
     assert!(seen, "a fetch in flight is listed with its progress");
     assert!(slow.await.unwrap().body == synth(400_000));
 }
+
+/// The io_uring front end answers hits itself and hands everything else to
+/// the epoll loop; these are the seams between the two.
+#[tokio::test]
+async fn hits_misses_split_heads_and_idle_timeouts_on_one_keep_alive_connection() {
+    use std::io::{Read, Write};
+    let o = origin();
+    let dir = tempdir("ring-seams");
+    let cfg = write_config(&dir, "idle_timeout_ms = 400\n");
+    let c = cache(o.addr, &["--config", &cfg]);
+    get(c.addr, "/size/10").await; // stored
+    let mut s = std::net::TcpStream::connect(c.addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let read_response = |s: &mut std::net::TcpStream| -> String {
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        loop {
+            let n = s.read(&mut b).expect("read");
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&b[..n]);
+            let t = String::from_utf8_lossy(&got).into_owned();
+            if let Some(end) = t.find("\r\n\r\n") {
+                let len: usize = t
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if got.len() >= end + 4 + len {
+                    return t;
+                }
+            }
+        }
+    };
+    // A hit, then a miss (handed over) on the same connection, in order.
+    s.write_all(b"GET /size/10 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    assert!(read_response(&mut s).contains("X-Cache: HIT"));
+    s.write_all(b"GET /size/11 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    assert!(read_response(&mut s).contains("X-Cache: MISS"));
+    // A head split across two writes is answered once complete.
+    let mut t = std::net::TcpStream::connect(c.addr).expect("connect");
+    t.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    t.write_all(b"GET /size/10 HTTP/1.1\r\nHo").expect("write");
+    std::thread::sleep(Duration::from_millis(100));
+    t.write_all(b"st: x\r\n\r\n").expect("write");
+    let r = read_response(&mut t);
+    assert!(
+        r.starts_with("HTTP/1.1 200") && r.contains("X-Cache: HIT"),
+        "{r}"
+    );
+    // An idle keep-alive connection is closed after idle_timeout_ms.
+    let mut u = std::net::TcpStream::connect(c.addr).expect("connect");
+    u.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    u.write_all(b"GET /size/10 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    assert!(read_response(&mut u).contains("X-Cache: HIT"));
+    let idle_since = std::time::Instant::now();
+    let mut b = [0u8; 16];
+    assert_eq!(u.read(&mut b).expect("read"), 0, "closed by the cache");
+    let waited = idle_since.elapsed();
+    assert!(
+        waited >= Duration::from_millis(350) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_epoll_loop_serves_everything_when_io_uring_is_off() {
+    let o = origin();
+    let dir = tempdir("epoll-only");
+    let cfg = write_config(&dir, "io_uring = false\nheader_timeout_ms = 500\n");
+    let c = cache(o.addr, &["--config", &cfg]);
+    get(c.addr, "/size/5").await;
+    let req = "GET /size/5 HTTP/1.1\r\nHost: a\r\n\r\nGET /size/6 HTTP/1.1\r\nHost: a\r\n\r\nGET /size/5 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let out = raw(c.addr, req.as_bytes(), Duration::from_secs(5));
+    let caches: Vec<&str> = out.lines().filter(|l| l.starts_with("X-Cache:")).collect();
+    assert_eq!(caches, ["X-Cache: HIT", "X-Cache: MISS", "X-Cache: HIT"]);
+    let slow = raw(c.addr, b"GET /size/5 HTTP/1.1\r\n", Duration::from_secs(5));
+    assert_eq!(status_of(&slow), 408, "{slow}");
+}

@@ -1,0 +1,591 @@
+//! The io_uring front end of a serving thread: accepts connections and
+//! answers what can be answered at once (fresh memory hits with small
+//! bodies, admission-filter redirects) from one ring, so a busy thread makes
+//! one `io_uring_enter` per batch of completions instead of a `recv` and a
+//! `send` system call per request. Anything else (a miss, a body to read, a
+//! large or streamed body, a parse error, a request head split across reads)
+//! hands the connection over, with the bytes already read, to the tokio
+//! connection loop of [`crate::server`], which keeps it from then on.
+//!
+//! Why: `bench/stacks.sh` measured an io_uring responder 17–21 % cheaper per
+//! small request than the epoll loop on the same machine.
+//!
+//! Receive buffers come from a ring of provided buffers (the kernel picks
+//! one when data arrives), so an idle connection holds none. The ring runs
+//! with a single issuer and deferred task work; an eventfd tells the tokio
+//! runtime when completions are waiting, and the loop yields to tokio's
+//! other tasks (misses, the admin API) between batches.
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use tokio::io::unix::AsyncFd;
+use vcdn_http::{parse_request, BodyFraming, Limits, Method};
+
+use crate::proxy::Cache;
+use crate::reply::{Reply, ReplyBody};
+use crate::server::{connection_from, Handover};
+
+/// Bodies up to this size are answered from the ring.
+const INLINE_BODY: usize = 16 * 1024;
+/// Provided receive buffers per ring, and their size. A request head that
+/// does not fit one buffer is handed over.
+const BUFFERS: u16 = 256;
+const BUF_SIZE: usize = 4096;
+const BUF_GROUP: u16 = 0;
+const ACCEPT: u64 = u64::MAX;
+const CANCEL: u64 = u64::MAX - 1;
+const OP_RECV: u64 = 0;
+const OP_SEND: u64 = 1;
+
+/// Provided buffers: a page-aligned ring of entries the kernel takes
+/// buffers from, and the buffers themselves.
+struct BufRing {
+    entries: *mut types::BufRingEntry,
+    map_len: usize,
+    bufs: Vec<u8>,
+    tail: u16,
+}
+
+impl BufRing {
+    fn new(ring: &IoUring) -> std::io::Result<BufRing> {
+        let map_len = BUFFERS as usize * std::mem::size_of::<types::BufRingEntry>();
+        // SAFETY: an anonymous private mapping, checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut r = BufRing {
+            entries: p.cast(),
+            map_len,
+            bufs: vec![0; BUFFERS as usize * BUF_SIZE],
+            tail: 0,
+        };
+        // SAFETY: the mapping lives as long as `r`, which outlives the ring
+        // (dropped after it in `serve`).
+        unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(p as u64, BUFFERS, BUF_GROUP, 0)?;
+        }
+        for bid in 0..BUFFERS {
+            r.give_back(bid);
+        }
+        Ok(r)
+    }
+
+    /// Returns buffer `bid` to the kernel.
+    fn give_back(&mut self, bid: u16) {
+        let idx = (self.tail & (BUFFERS - 1)) as usize;
+        // SAFETY: idx < BUFFERS, inside the mapping.
+        let e = unsafe { &mut *self.entries.add(idx) };
+        e.set_addr(self.bufs[bid as usize * BUF_SIZE..].as_ptr() as u64);
+        e.set_len(BUF_SIZE as u32);
+        e.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail field overlays entry 0's reserved field; the
+        // kernel reads it with acquire semantics.
+        unsafe {
+            let tail = types::BufRingEntry::tail(self.entries) as *const AtomicU16;
+            (*tail).store(self.tail, Ordering::Release);
+        }
+    }
+
+    fn data(&self, bid: u16, len: usize) -> &[u8] {
+        &self.bufs[bid as usize * BUF_SIZE..bid as usize * BUF_SIZE + len]
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`.
+        unsafe { libc::munmap(self.entries.cast(), self.map_len) };
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Recv,
+    Send,
+}
+
+struct RingConn {
+    fd: RawFd,
+    peer: SocketAddr,
+    op: Op,
+    /// When the operation in flight started (idle and send timeouts).
+    since: Instant,
+    cancelling: bool,
+    out: Vec<u8>,
+    sent: usize,
+    close_after: bool,
+    handover: Option<Handover>,
+}
+
+/// Whether this kernel gives us what the front end needs.
+pub fn available() -> bool {
+    IoUring::<squeue::Entry, cqueue::Entry>::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(8)
+        .is_ok()
+}
+
+/// Serves one thread's listener from a ring until the process ends.
+pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<()> {
+    let mut ring: IoUring = IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        // Small rings keep an idle cache under 5 MiB resident; a full
+        // submission queue is simply submitted early.
+        .setup_cqsize(2048)
+        .build(512)?;
+    let mut bufs = BufRing::new(&ring)?;
+    // SAFETY: a fresh eventfd we own.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if efd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: efd is ours and open.
+    let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+    ring.submitter().register_eventfd(efd.as_raw_fd())?;
+    ring.completion().disable_eventfd();
+    // SAFETY: the AsyncFd owns the eventfd, which stays open until dropped.
+    let efd = unsafe { AsyncFd::register(efd) }?;
+    let mut f = Front {
+        cache: cache.clone(),
+        conns: Vec::new(),
+        free: Vec::new(),
+        queue: VecDeque::new(),
+        spare_head: Vec::new(),
+        limits: Limits {
+            max_request_line: cache.cfg.max_request_line,
+            max_head: cache.cfg.max_header_bytes,
+            max_headers: cache.cfg.max_headers,
+        },
+        listener_fd: listener.as_raw_fd(),
+    };
+    f.queue.push_back(accept_entry(f.listener_fd));
+    let idle = Duration::from_millis(cache.cfg.idle_timeout_ms);
+    let send_timeout = Duration::from_millis(cache.cfg.send_timeout_ms);
+    let mut last_sweep = Instant::now();
+    let mut last_yield = Instant::now();
+    loop {
+        // Submit what is queued and run deferred completions.
+        {
+            let (submitter, mut sq, _) = ring.split();
+            while let Some(e) = f.queue.front() {
+                // SAFETY: every buffer an entry points at is owned by a
+                // connection in `f.conns` (or `bufs`) until its completion.
+                if unsafe { sq.push(e) }.is_err() {
+                    sq.sync();
+                    submitter.submit()?;
+                    sq.sync();
+                    continue;
+                }
+                f.queue.pop_front();
+            }
+            sq.sync();
+            // SAFETY: no argument struct.
+            let r = unsafe {
+                submitter.enter::<libc::sigset_t>(
+                    sq.len() as u32,
+                    0,
+                    1, // IORING_ENTER_GETEVENTS
+                    None,
+                )
+            };
+            if let Err(e) = r {
+                if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::EBUSY) {
+                    return Err(e);
+                }
+            }
+        }
+        let done: Vec<(u64, i32, u32)> = {
+            let mut cq = ring.completion();
+            cq.sync();
+            cq.map(|c| (c.user_data(), c.result(), c.flags())).collect()
+        };
+        for (ud, res, flags) in &done {
+            f.complete(&mut bufs, *ud, *res, *flags);
+        }
+        if last_sweep.elapsed() >= Duration::from_millis(250) {
+            f.sweep(idle, send_timeout);
+            last_sweep = Instant::now();
+        }
+        if !done.is_empty() || !f.queue.is_empty() {
+            // Let misses, the admin API and timers run now and then (each
+            // yield costs tokio a look at its own epoll).
+            if last_yield.elapsed() >= Duration::from_micros(500) {
+                tokio::task::yield_now().await;
+                last_yield = Instant::now();
+            }
+            continue;
+        }
+        // Nothing to do. Let the kernel signal the eventfd again (it stays
+        // quiet while we are busy, saving a wake-up per completion), look
+        // once more for completions that came before that, then sleep until
+        // the kernel posts some (or a sweep is due).
+        ring.completion().enable_eventfd();
+        {
+            // SAFETY: no argument struct.
+            let _ = unsafe { ring.submitter().enter::<libc::sigset_t>(0, 0, 1, None) };
+        }
+        let pending = {
+            let mut cq = ring.completion();
+            cq.sync();
+            !cq.is_empty()
+        };
+        if pending {
+            ring.completion().disable_eventfd();
+            continue;
+        }
+        if let Ok(Ok(mut guard)) =
+            tokio::time::timeout(Duration::from_millis(250), efd.readable()).await
+        {
+            let mut v = 0u64;
+            // SAFETY: reading 8 bytes into a u64 from our eventfd.
+            unsafe { libc::read(efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+            guard.clear_ready();
+        }
+        ring.completion().disable_eventfd();
+    }
+}
+
+fn accept_entry(fd: RawFd) -> squeue::Entry {
+    opcode::AcceptMulti::new(types::Fd(fd))
+        .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+        .build()
+        .user_data(ACCEPT)
+}
+
+fn recv_entry(fd: RawFd, slot: usize) -> squeue::Entry {
+    opcode::Recv::new(types::Fd(fd), std::ptr::null_mut(), BUF_SIZE as u32)
+        .buf_group(BUF_GROUP)
+        .build()
+        .flags(squeue::Flags::BUFFER_SELECT)
+        .user_data((slot as u64) << 1 | OP_RECV)
+}
+
+struct Front {
+    cache: Arc<Cache>,
+    conns: Vec<Option<RingConn>>,
+    free: Vec<usize>,
+    queue: VecDeque<squeue::Entry>,
+    spare_head: Vec<u8>,
+    limits: Limits,
+    listener_fd: RawFd,
+}
+
+impl Front {
+    fn complete(&mut self, bufs: &mut BufRing, ud: u64, res: i32, flags: u32) {
+        match ud {
+            ACCEPT => {
+                if res >= 0 {
+                    self.accepted(res);
+                } else if res != -libc::ECANCELED {
+                    tracing::warn!(error = %std::io::Error::from_raw_os_error(-res), "accept failed");
+                }
+                if !cqueue::more(flags) {
+                    self.queue.push_back(accept_entry(self.listener_fd));
+                }
+            }
+            CANCEL => {}
+            _ => {
+                let slot = (ud >> 1) as usize;
+                if ud & 1 == OP_RECV {
+                    let data = cqueue::buffer_select(flags).map(|bid| {
+                        let d = Bytes::copy_from_slice(bufs.data(bid, res.max(0) as usize));
+                        bufs.give_back(bid);
+                        d
+                    });
+                    self.received(slot, res, data);
+                } else {
+                    self.sent(slot, res);
+                }
+            }
+        }
+    }
+
+    fn accepted(&mut self, fd: RawFd) {
+        let m = &self.cache.metrics;
+        m.connections_total.fetch_add(1, Ordering::Relaxed);
+        if m.connections_open.load(Ordering::Relaxed) >= self.cache.cfg.max_connections as u64 {
+            m.connections_refused.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: closing a descriptor we were just given.
+            unsafe { libc::close(fd) };
+            return;
+        }
+        m.connections_open.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: borrowing the descriptor for two socket calls.
+        let sock = std::mem::ManuallyDrop::new(unsafe { socket2::Socket::from_raw_fd(fd) });
+        let _ = sock.set_nodelay(true);
+        let peer = sock
+            .peer_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let c = RingConn {
+            fd,
+            peer,
+            op: Op::Recv,
+            since: Instant::now(),
+            cancelling: false,
+            out: Vec::new(),
+            sent: 0,
+            close_after: false,
+            handover: None,
+        };
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.conns[i] = Some(c);
+                i
+            }
+            None => {
+                self.conns.push(Some(c));
+                self.conns.len() - 1
+            }
+        };
+        self.queue.push_back(recv_entry(fd, slot));
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(c) = self.conns[slot].take() {
+            // SAFETY: the connection's descriptor; nothing is in flight on it.
+            unsafe { libc::close(c.fd) };
+            self.cache
+                .metrics
+                .connections_open
+                .fetch_sub(1, Ordering::Relaxed);
+            self.free.push(slot);
+        }
+    }
+
+    fn received(&mut self, slot: usize, res: i32, data: Option<Bytes>) {
+        let Some(c) = self.conns[slot].as_mut() else {
+            return;
+        };
+        if res == -libc::ENOBUFS {
+            // Every buffer is in use for an instant: ask again.
+            let fd = c.fd;
+            self.queue.push_back(recv_entry(fd, slot));
+            return;
+        }
+        let data = match data {
+            Some(d) if res > 0 && !c.cancelling => d,
+            _ => return self.close(slot), // closed, failed, or timed out
+        };
+        let mut at = 0;
+        while at < data.len() {
+            let rest = data.slice(at..);
+            let head = match parse_request(&rest, &self.limits) {
+                Ok(Some((head, n))) => {
+                    at += n;
+                    head
+                }
+                Ok(None) => {
+                    // A head split across reads: the tokio loop waits for
+                    // the rest under the header timeout.
+                    c.handover = Some(Handover {
+                        rbuf: BytesMut::from(&rest[..]),
+                        first: None,
+                        head_started: Some(Instant::now()),
+                    });
+                    break;
+                }
+                Err(_) => {
+                    // Let the tokio loop answer the error as usual.
+                    c.handover = Some(Handover {
+                        rbuf: BytesMut::from(&rest[..]),
+                        ..Default::default()
+                    });
+                    break;
+                }
+            };
+            if head.body != BodyFraming::None || head.expect_continue {
+                c.handover = Some(Handover {
+                    rbuf: BytesMut::from(&rest[..]),
+                    ..Default::default()
+                });
+                break;
+            }
+            let reply = match self.cache.admit(&head) {
+                Some(r) => r,
+                None => match self
+                    .cache
+                    .try_hit(&head, std::mem::take(&mut self.spare_head))
+                {
+                    Ok(r) => r,
+                    Err(buf) => {
+                        self.spare_head = buf;
+                        c.handover = Some(Handover {
+                            rbuf: BytesMut::from(&rest[..]),
+                            ..Default::default()
+                        });
+                        break;
+                    }
+                },
+            };
+            let head_only = head.method == Method::Head;
+            let close = reply.close || !head.keep_alive;
+            if !inline(&reply, head_only) {
+                c.handover = Some(Handover {
+                    rbuf: BytesMut::from(&data[at..]),
+                    first: Some((reply, head_only, close)),
+                    head_started: None,
+                });
+                break;
+            }
+            append(&mut c.out, reply, head_only, &mut self.spare_head);
+            if close {
+                c.close_after = true;
+                break;
+            }
+        }
+        self.after_batch(slot);
+    }
+
+    /// Sends what the batch produced, or hands over, or reads again.
+    fn after_batch(&mut self, slot: usize) {
+        let Some(c) = self.conns[slot].as_mut() else {
+            return;
+        };
+        c.since = Instant::now();
+        if c.sent < c.out.len() {
+            c.op = Op::Send;
+            let e = opcode::Send::new(
+                types::Fd(c.fd),
+                c.out[c.sent..].as_ptr(),
+                (c.out.len() - c.sent) as u32,
+            )
+            .build()
+            .user_data((slot as u64) << 1 | OP_SEND);
+            self.queue.push_back(e);
+            return;
+        }
+        c.out.clear();
+        c.sent = 0;
+        if c.close_after {
+            return self.close(slot);
+        }
+        if let Some(h) = c.handover.take() {
+            return self.hand_over(slot, h);
+        }
+        if c.out.capacity() > 4096 {
+            c.out = Vec::new(); // idle connections stay cheap
+        }
+        c.op = Op::Recv;
+        let fd = c.fd;
+        self.queue.push_back(recv_entry(fd, slot));
+    }
+
+    fn sent(&mut self, slot: usize, res: i32) {
+        let Some(c) = self.conns[slot].as_mut() else {
+            return;
+        };
+        if res <= 0 || c.cancelling {
+            return self.close(slot);
+        }
+        c.sent += res as usize;
+        self.after_batch(slot);
+    }
+
+    /// Gives the connection to the tokio loop, which keeps it.
+    fn hand_over(&mut self, slot: usize, h: Handover) {
+        let Some(c) = self.conns[slot].take() else {
+            return;
+        };
+        self.free.push(slot);
+        // SAFETY: the descriptor is ours and nothing is in flight on it;
+        // from here the std stream owns it.
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(c.fd) };
+        // SAFETY: the AsyncFd owns the socket from here on.
+        let stream = match unsafe { AsyncFd::register(stream) } {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot register connection");
+                self.cache
+                    .metrics
+                    .connections_open
+                    .fetch_sub(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let cache = self.cache.clone();
+        let peer = c.peer;
+        tokio::spawn(async move {
+            connection_from(&cache, stream, peer, h).await;
+            cache
+                .metrics
+                .connections_open
+                .fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+
+    /// Cancels receives idle too long and sends stuck too long; their
+    /// completions then close the connections.
+    fn sweep(&mut self, idle: Duration, send_timeout: Duration) {
+        let now = Instant::now();
+        for (slot, c) in self.conns.iter_mut().enumerate() {
+            let Some(c) = c else { continue };
+            if c.cancelling {
+                continue;
+            }
+            let limit = if c.op == Op::Recv { idle } else { send_timeout };
+            if now.duration_since(c.since) > limit {
+                c.cancelling = true;
+                let op = if c.op == Op::Recv { OP_RECV } else { OP_SEND };
+                if c.op == Op::Send {
+                    self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+                }
+                self.queue.push_back(
+                    opcode::AsyncCancel::new((slot as u64) << 1 | op)
+                        .build()
+                        .user_data(CANCEL),
+                );
+            }
+        }
+    }
+}
+
+/// Small enough to be copied into the send buffer.
+fn inline(r: &Reply, head_only: bool) -> bool {
+    match &r.body {
+        ReplyBody::Empty => true,
+        ReplyBody::Full(b) => head_only || b.len() <= INLINE_BODY,
+        ReplyBody::Shared { bytes, .. } => head_only || bytes.len() <= INLINE_BODY,
+        ReplyBody::Stream { .. } => false,
+    }
+}
+
+fn append(out: &mut Vec<u8>, reply: Reply, head_only: bool, spare: &mut Vec<u8>) {
+    out.extend_from_slice(&reply.head);
+    let body: &[u8] = match &reply.body {
+        ReplyBody::Full(b) if !head_only => b,
+        ReplyBody::Shared { bytes, .. } if !head_only => bytes,
+        _ => &[],
+    };
+    if let Some(s) = &reply.stats {
+        if let ReplyBody::Full(b) | ReplyBody::Shared { bytes: b, .. } = &reply.body {
+            s.served(b.len() as u64);
+        }
+    }
+    out.extend_from_slice(body);
+    if reply.head.capacity() <= 4096 {
+        *spare = reply.head;
+    }
+}
