@@ -90,17 +90,8 @@ fn percent_decode(s: &str) -> String {
 }
 
 fn authorize(cache: &Cache, req: &Request) -> Result<(), Box<Response>> {
-    let want = cache.cfg.admin_token.as_deref().unwrap_or("");
-    let got = req
-        .head
-        .headers
-        .get(b"authorization")
-        .and_then(|v| v.strip_prefix(b"Bearer "))
-        .unwrap_or(b"");
-    // Constant-time comparison: the token is a secret.
-    let same = want.len() == got.len()
-        && !want.is_empty()
-        && want.bytes().zip(got).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    let same =
+        vcdn_http::serve::bearer_matches(req, cache.cfg.admin_token.as_deref().unwrap_or(""));
     if same {
         Ok(())
     } else {

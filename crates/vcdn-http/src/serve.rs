@@ -68,6 +68,20 @@ impl Response {
     }
 }
 
+/// Whether `req` carries `Authorization: Bearer <want>`, compared in
+/// constant time (the token is a secret). An empty `want` never matches.
+pub fn bearer_matches(req: &Request, want: &str) -> bool {
+    let got = req
+        .head
+        .headers
+        .get(b"authorization")
+        .and_then(|v| v.strip_prefix(b"Bearer "))
+        .unwrap_or(b"");
+    want.len() == got.len()
+        && !want.is_empty()
+        && want.bytes().zip(got).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
 /// Quote a string as a JSON string literal.
 pub fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);

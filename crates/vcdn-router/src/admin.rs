@@ -50,7 +50,7 @@ fn route(router: &Router, token: &str, req: Request) -> Response {
         }
         _ => {}
     }
-    if !authorized(token, &req) {
+    if !vcdn_http::serve::bearer_matches(&req, token) {
         return Response::problem(
             401,
             "missing or wrong bearer token: send Authorization: Bearer <admin token>",
@@ -146,17 +146,4 @@ fn caches(router: &Router) -> Response {
         }
     }
     json_response(200, &json!({"caches": out}))
-}
-
-fn authorized(want: &str, req: &Request) -> bool {
-    let got = req
-        .head
-        .headers
-        .get(b"authorization")
-        .and_then(|v| v.strip_prefix(b"Bearer "))
-        .unwrap_or(b"");
-    // Constant-time comparison: the token is a secret.
-    want.len() == got.len()
-        && !want.is_empty()
-        && want.bytes().zip(got).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
