@@ -20,6 +20,15 @@ if ! command -v dig >/dev/null 2>&1; then
     || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bind9-dnsutils; }
 fi
 
+# The control plane's store is also tested on a real PostgreSQL (Debian's
+# package; the test starts its own throwaway cluster).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "== installing PostgreSQL"
+  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql \
+    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
+fi
+
 # The idle-connection test opens 10,000 sockets.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 

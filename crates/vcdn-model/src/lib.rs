@@ -4,8 +4,12 @@
 //!   cache, its N → ∞ limit and the optimal filter size (Desmouceaux et al.,
 //!   IM 2019, §III-B/C); [`filter::filter_capacity`] sizes a live router's
 //!   filter.
+//! - [`capacity`]: what one vCPU of a cache sustains (requests/s per object
+//!   size, video sessions per MOS, response times per load), the planner's
+//!   input (CDNaaS paper §IV–V-A), in a documented TOML format.
 //! - [`numeric`]: the quadrature, root finding, minimisation and special
 //!   functions they rest on (no dependencies).
 
+pub mod capacity;
 pub mod filter;
 pub mod numeric;

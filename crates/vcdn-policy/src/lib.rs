@@ -8,7 +8,14 @@
 //!   healthy caches, so a chunk keeps going to the same cache.
 //! - [`popularity`]: online estimates of the Zipf exponent α and the
 //!   catalogue size N from a request stream, which the filter sizing needs.
+//! - [`dimensioning`]: vCPUs per region from demand, quality target and the
+//!   capacity model (CDNaaS §V-A).
+//! - [`placement`]: instances onto hosts, consolidated or spread.
+//! - [`autoscale`]: scale-out and scale-in decisions with hysteresis.
 
 pub mod admission;
+pub mod autoscale;
+pub mod dimensioning;
 pub mod hashing;
+pub mod placement;
 pub mod popularity;

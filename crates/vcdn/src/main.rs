@@ -13,6 +13,8 @@ use vcdn_cache::CacheConfig;
 mod model_cmd;
 mod name_cmd;
 mod router_cmd;
+mod service_cmd;
+mod up_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -30,6 +32,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run the control plane and router with embedded defaults (vcdn's main job).
+    Up(up_cmd::UpArgs),
+    /// Order and manage vCDNs through the API (customers).
+    Service(service_cmd::ServiceArgs),
+    /// Manage customers and their API keys (operator).
+    Customer(service_cmd::CustomerArgs),
     /// Run an edge cache in front of an origin or a parent cache.
     Cache(CacheCmd),
     /// Run the request router: geo-DNS, HTTP routing, admission filters.
@@ -175,6 +183,9 @@ fn main() -> ExitCode {
         Cmd::Cache(CacheCmd { run, .. }) => run_cache(run),
         Cmd::Origin { listen } => run_origin(listen),
         Cmd::Router(a) => router_cmd::run(a),
+        Cmd::Up(a) => up_cmd::run(a),
+        Cmd::Service(a) => service_cmd::run_service(a),
+        Cmd::Customer(a) => service_cmd::run_customer(a),
         Cmd::Name(c) => name_cmd::run(c),
         Cmd::Model(c) => model_cmd::run(c),
         Cmd::Demo {

@@ -1,0 +1,602 @@
+//! The northbound REST API under `/v1` (the paper's customer interface
+//! manager, plus the operator's catalog and capacity management).
+//!
+//! Two kinds of callers, both with `Authorization: Bearer …`: the operator
+//! (the operator token) and customers (API keys the operator issues).
+//! Customers see and touch only their own services; operator resources
+//! refuse customer keys with 403. Errors are RFC 9457 problem documents.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use vcdn_http::serve::{bearer_matches, Handler, Request, Response};
+use vcdn_http::Method;
+
+use crate::control::{now_s, random_hex, Control, ControlError};
+use crate::pricing;
+use crate::types::*;
+
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq)]
+enum Caller {
+    Operator,
+    Customer(String),
+}
+
+impl Caller {
+    fn customer(&self) -> Option<&str> {
+        match self {
+            Caller::Operator => None,
+            Caller::Customer(c) => Some(c),
+        }
+    }
+}
+
+pub fn handler(control: Arc<Control>) -> Handler {
+    Arc::new(move |req| {
+        let control = control.clone();
+        Box::pin(async move {
+            control.metrics.api_requests.fetch_add(1, Ordering::Relaxed);
+            let r = route(&control, req).await;
+            if r.status >= 400 {
+                control.metrics.api_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            r
+        })
+    })
+}
+
+fn json_response(status: u16, v: &Value) -> Response {
+    Response::new(status, "application/json", format!("{v:#}\n"))
+}
+
+fn problem(e: &ControlError) -> Response {
+    let status = match e {
+        ControlError::NotFound(_) => 404,
+        ControlError::Conflict(_) => 409,
+        ControlError::Invalid(_) => 422,
+        ControlError::Forbidden(_) => 403,
+        ControlError::Deploy(_) => 502,
+        ControlError::Store(_) => 500,
+    };
+    Response::problem(status, &e.to_string())
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
+    serde_json::from_slice(body).map_err(|e| {
+        Response::problem(
+            400,
+            &format!("request body is not valid JSON for this resource: {e}"),
+        )
+    })
+}
+
+pub fn key_hash(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+async fn caller(c: &Control, req: &Request) -> Result<Caller, Response> {
+    if bearer_matches(req, &c.cfg.operator_token) {
+        return Ok(Caller::Operator);
+    }
+    let unauthorized = || {
+        Response::problem(401, "missing or unknown bearer token: send Authorization: Bearer <API key or operator token>")
+            .header("WWW-Authenticate", "Bearer realm=\"vcdn\"")
+    };
+    let Some(key) = req
+        .head
+        .headers
+        .get(b"authorization")
+        .and_then(|v| v.strip_prefix(b"Bearer "))
+    else {
+        return Err(unauthorized());
+    };
+    let hash = key_hash(&String::from_utf8_lossy(key));
+    let customers: Vec<Customer> = c
+        .store
+        .list("customer")
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    // Hashes have a fixed length; compare all of each in constant time.
+    customers
+        .into_iter()
+        .find(|cu| {
+            cu.key_sha256.len() == hash.len()
+                && cu
+                    .key_sha256
+                    .bytes()
+                    .zip(hash.bytes())
+                    .fold(0u8, |a, (x, y)| a | (x ^ y))
+                    == 0
+        })
+        .map(|cu| Caller::Customer(cu.id))
+        .ok_or_else(unauthorized)
+}
+
+fn operator_only(who: &Caller) -> Result<(), Response> {
+    match who {
+        Caller::Operator => Ok(()),
+        Caller::Customer(_) => Err(Response::problem(
+            403,
+            "this resource belongs to the operator; customer API keys cannot use it",
+        )),
+    }
+}
+
+fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
+}
+
+async fn route(c: &Control, req: Request) -> Response {
+    let pq = String::from_utf8_lossy(req.head.path_and_query()).into_owned();
+    let (path, query) = pq.split_once('?').unwrap_or((pq.as_str(), ""));
+    let m = req.head.method;
+    match (m, path) {
+        (Method::Get | Method::Head, "/healthz") => {
+            return json_response(
+                200,
+                &json!({"status": "ok", "store": c.store.engine(), "vim": c.vim.name()}),
+            );
+        }
+        (Method::Get | Method::Head, "/metrics") => {
+            return Response::new(200, "text/plain; version=0.0.4", metrics(c).await)
+        }
+        (Method::Get | Method::Head, "/v1/openapi.json") => {
+            return Response::new(200, "application/json", OPENAPI)
+        }
+        _ => {}
+    }
+    let who = match caller(c, &req).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let r = match (m, segs.as_slice()) {
+        (Method::Get, ["v1", "catalog"]) => catalog(c).await,
+        (Method::Get, ["v1", "regions"]) => c
+            .regions()
+            .await
+            .map(|r| json_response(200, &json!({"regions": r})))
+            .map_err(|e| problem(&e)),
+        (Method::Put, ["v1", "regions", name]) => put_region(c, &who, name, &req.body).await,
+        (Method::Delete, ["v1", "regions", name]) => delete_doc(c, &who, "region", name).await,
+        (Method::Get, ["v1", "hosts"]) => match operator_only(&who) {
+            Ok(()) => c
+                .host_views()
+                .await
+                .map(|h| json_response(200, &json!({"hosts": h})))
+                .map_err(|e| problem(&e)),
+            Err(r) => Err(r),
+        },
+        (Method::Put, ["v1", "hosts", name]) => put_host(c, &who, name, &req.body).await,
+        (Method::Delete, ["v1", "hosts", name]) => delete_doc(c, &who, "host", name).await,
+        (Method::Get, ["v1", "flavors"]) => c
+            .flavors()
+            .await
+            .map(|f| json_response(200, &json!({"flavors": f})))
+            .map_err(|e| problem(&e)),
+        (Method::Put, ["v1", "flavors", name]) => put_flavor(c, &who, name, &req.body).await,
+        (Method::Delete, ["v1", "flavors", name]) => delete_doc(c, &who, "flavor", name).await,
+        (Method::Get, ["v1", "customers"]) => list_customers(c, &who).await,
+        (Method::Post, ["v1", "customers"]) => create_customer(c, &who, &req.body).await,
+        (Method::Delete, ["v1", "customers", id]) => delete_customer(c, &who, id).await,
+        (Method::Post, ["v1", "customers", id, "key"]) => rotate_key(c, &who, id).await,
+        (Method::Get, ["v1", "services"]) => {
+            let list: Vec<Value> = c
+                .list_services(who.customer())
+                .await
+                .iter()
+                .map(|s| service_view(c, s))
+                .collect();
+            Ok(json_response(200, &json!({"services": list})))
+        }
+        (Method::Post, ["v1", "services"]) => create_service(c, &who, &req.body).await,
+        (Method::Get, ["v1", "services", id]) => c
+            .find(id, who.customer())
+            .await
+            .map(|s| json_response(200, &service_view(c, &s)))
+            .map_err(|e| problem(&e)),
+        (Method::Delete, ["v1", "services", id]) => c
+            .delete(id, who.customer())
+            .await
+            .map(|s| json_response(200, &service_view(c, &s)))
+            .map_err(|e| problem(&e)),
+        (Method::Get, ["v1", "services", id, "graph"]) => c
+            .find(id, who.customer())
+            .await
+            .map(|s| json_response(200, &json!(s.graph)))
+            .map_err(|e| problem(&e)),
+        (Method::Get, ["v1", "services", id, "usage"]) => c
+            .find(id, who.customer())
+            .await
+            .map(|s| json_response(200, &json!(pricing::bill(&s, now_s()))))
+            .map_err(|e| problem(&e)),
+        (Method::Get, ["v1", "services", id, "events"]) => events(c, &who, id, query).await,
+        (Method::Post, ["v1", "services", id, action @ ("purge" | "prefetch")]) => {
+            content_action(c, &who, id, action, &req.body).await
+        }
+        (_, ["v1", ..]) => Err(Response::problem(
+            405,
+            &format!(
+                "{} is not allowed on {path}; see /v1/openapi.json",
+                String::from_utf8_lossy(&req.head.method_raw)
+            ),
+        )),
+        _ => Err(Response::problem(
+            404,
+            "no such endpoint; the API is under /v1 (see /v1/openapi.json)",
+        )),
+    };
+    r.unwrap_or_else(|e| e)
+}
+
+type Reply = Result<Response, Response>;
+
+async fn catalog(c: &Control) -> Reply {
+    let flavors = c.flavors().await.map_err(|e| problem(&e))?;
+    let regions = c.regions().await.map_err(|e| problem(&e))?;
+    Ok(json_response(
+        200,
+        &json!({
+            "flavors": flavors,
+            "regions": regions.iter().map(|r| json!({"name": r.name, "lat": r.lat, "lon": r.lon})).collect::<Vec<_>>(),
+        }),
+    ))
+}
+
+fn entry_point(c: &Control, s: &Service) -> Value {
+    json!({
+        "hostname": s.spec.hostname,
+        "dns_server": c.cfg.dns.map(|d| d.to_string()),
+        "port": c.cfg.instance_port,
+        "url": format!("http://{}:{}/", s.spec.hostname, c.cfg.instance_port),
+        "http_routing": c.cfg.http_routing.map(|h| format!("http://{h}/ (send Host: {})", s.spec.hostname)),
+    })
+}
+
+fn service_view(c: &Control, s: &Service) -> Value {
+    json!({
+        "id": s.id,
+        "name": s.spec.name,
+        "customer": s.customer,
+        "state": s.state,
+        "error": s.error,
+        "flavor": s.spec.flavor,
+        "origin": s.spec.origin,
+        "hostname": s.spec.hostname,
+        "regions": s.spec.regions,
+        "quality": s.spec.quality,
+        "lease": {"start": s.lease_start, "end": s.lease_end},
+        "created_at": s.created_at,
+        "entry_point": entry_point(c, s),
+        "graph": s.graph,
+        "load": c.load(&s.id),
+        "usage": s.usage,
+        "cost": pricing::bill(s, now_s()),
+    })
+}
+
+async fn create_service(c: &Control, who: &Caller, body: &[u8]) -> Reply {
+    let Caller::Customer(customer) = who else {
+        return Err(Response::problem(
+            403,
+            "services are ordered with a customer's API key (POST /v1/customers makes one)",
+        ));
+    };
+    let spec: ServiceSpec = parse(body)?;
+    let s = c.create(customer, spec).await.map_err(|e| problem(&e))?;
+    let status = if s.state == ServiceState::Scheduled {
+        202
+    } else {
+        201
+    };
+    Ok(json_response(status, &service_view(c, &s))
+        .header("Location", format!("/v1/services/{}", s.id)))
+}
+
+async fn events(c: &Control, who: &Caller, id: &str, query: &str) -> Reply {
+    let s = c.find(id, who.customer()).await.map_err(|e| problem(&e))?;
+    let after = match query_param(query, "after") {
+        None => 0,
+        Some(v) => v
+            .parse::<i64>()
+            .map_err(|_| Response::problem(400, "after must be an event sequence number"))?,
+    };
+    let ev = c
+        .store
+        .events(&s.id, after)
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    Ok(json_response(200, &json!({"service": s.id, "events": ev})))
+}
+
+async fn content_action(c: &Control, who: &Caller, id: &str, action: &str, body: &[u8]) -> Reply {
+    let s = c.find(id, who.customer()).await.map_err(|e| problem(&e))?;
+    if !matches!(s.state, ServiceState::Active | ServiceState::Degraded) {
+        return Err(Response::problem(
+            409,
+            &format!("service {} is {:?}, not running", s.id, s.state).to_lowercase(),
+        ));
+    }
+    let v: Value = parse(body)?;
+    let ok = match action {
+        "purge" => {
+            v.get("url").is_some_and(Value::is_string)
+                || v.get("prefix").is_some_and(Value::is_string)
+                || v.get("all") == Some(&json!(true))
+        }
+        _ => v.get("url").is_some_and(Value::is_string),
+    };
+    if !ok {
+        return Err(Response::problem(
+            422,
+            if action == "purge" {
+                "purge takes {\"url\": \"/path\"}, {\"prefix\": \"/dir/\"} or {\"all\": true}"
+            } else {
+                "prefetch takes {\"url\": \"/path\"}"
+            },
+        ));
+    }
+    let results = c.fan_out(&s, &format!("/{action}"), body).await;
+    Ok(json_response(
+        200,
+        &json!({"service": s.id, "instances": results}),
+    ))
+}
+
+async fn put_region(c: &Control, who: &Caller, name: &str, body: &[u8]) -> Reply {
+    operator_only(who)?;
+    let r: Region = parse(body)?;
+    if r.name != name {
+        return Err(Response::problem(
+            422,
+            &format!("the body names region {} but the path says {name}", r.name),
+        ));
+    }
+    let ok = r.instance_block.split_once('/').is_some_and(|(a, l)| {
+        a.parse::<std::net::Ipv4Addr>().is_ok()
+            && l.parse::<u8>().is_ok_and(|l| (8..=30).contains(&l))
+    });
+    if !ok {
+        return Err(Response::problem(
+            422,
+            "instance_block must be an IPv4 CIDR like 127.13.0.0/16",
+        ));
+    }
+    c.store
+        .put("region", name, &r)
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    Ok(json_response(200, &json!(r)))
+}
+
+async fn put_host(c: &Control, who: &Caller, name: &str, body: &[u8]) -> Reply {
+    operator_only(who)?;
+    let h: Host = parse(body)?;
+    if h.name != name {
+        return Err(Response::problem(
+            422,
+            &format!("the body names host {} but the path says {name}", h.name),
+        ));
+    }
+    if !c
+        .regions()
+        .await
+        .map_err(|e| problem(&e))?
+        .iter()
+        .any(|r| r.name == h.region)
+    {
+        return Err(Response::problem(
+            422,
+            &format!(
+                "unknown region {}; create it first with PUT /v1/regions/{}",
+                h.region, h.region
+            ),
+        ));
+    }
+    c.store
+        .put("host", name, &h)
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    Ok(json_response(200, &json!(h)))
+}
+
+async fn put_flavor(c: &Control, who: &Caller, name: &str, body: &[u8]) -> Reply {
+    operator_only(who)?;
+    let f: Flavor = parse(body)?;
+    if f.name != name {
+        return Err(Response::problem(
+            422,
+            &format!("the body names flavor {} but the path says {name}", f.name),
+        ));
+    }
+    let t = &f.template;
+    if t.vcpus_per_instance == 0 || t.min_instances == 0 || t.max_instances < t.min_instances {
+        return Err(Response::problem(422, "template: vcpus_per_instance and min_instances must be at least 1, max_instances at least min_instances"));
+    }
+    c.store
+        .put("flavor", name, &f)
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    Ok(json_response(200, &json!(f)))
+}
+
+async fn delete_doc(c: &Control, who: &Caller, kind: &str, name: &str) -> Reply {
+    operator_only(who)?;
+    let users = match kind {
+        "region" => c.users_of(Some(name), None).await,
+        "host" => c.users_of(None, Some(name)).await,
+        _ => c
+            .list_services(None)
+            .await
+            .into_iter()
+            .filter(|s| s.state.live() && s.spec.flavor == name)
+            .map(|s| s.id)
+            .collect(),
+    };
+    if !users.is_empty() {
+        return Err(Response::problem(
+            409,
+            &format!("{kind} {name} is in use by services {}", users.join(", ")),
+        ));
+    }
+    match c.store.delete(kind, name).await {
+        Ok(true) => Ok(Response::new(204, "text/plain", Vec::new())),
+        Ok(false) => Err(Response::problem(404, &format!("no {kind} {name}"))),
+        Err(e) => Err(problem(&e.into())),
+    }
+}
+
+async fn list_customers(c: &Control, who: &Caller) -> Reply {
+    operator_only(who)?;
+    let mut list: Vec<Customer> = c
+        .store
+        .list("customer")
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    for cu in &mut list {
+        cu.key_sha256.clear();
+    }
+    Ok(json_response(200, &json!({"customers": list})))
+}
+
+async fn create_customer(c: &Control, who: &Caller, body: &[u8]) -> Reply {
+    operator_only(who)?;
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct New {
+        name: String,
+    }
+    let n: New = parse(body)?;
+    if n.name.trim().is_empty() || n.name.len() > 200 {
+        return Err(Response::problem(
+            422,
+            "name: give the customer's name (1-200 characters)",
+        ));
+    }
+    let key = format!("vk_{}", random_hex(20));
+    let cu = Customer {
+        id: format!("c-{}", random_hex(5)),
+        name: n.name,
+        created_at: now_s(),
+        key_sha256: key_hash(&key),
+    };
+    c.store
+        .put("customer", &cu.id, &cu)
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    Ok(json_response(201, &json!({"id": cu.id, "name": cu.name, "created_at": cu.created_at, "api_key": key, "note": "the API key is shown only now; POST /v1/customers/{id}/key makes a new one"}))
+        .header("Location", format!("/v1/customers/{}", cu.id)))
+}
+
+async fn rotate_key(c: &Control, who: &Caller, id: &str) -> Reply {
+    operator_only(who)?;
+    let mut cu: Customer = c
+        .store
+        .get("customer", id)
+        .await
+        .map_err(|e| problem(&e.into()))?
+        .ok_or_else(|| Response::problem(404, &format!("no customer {id}")))?;
+    let key = format!("vk_{}", random_hex(20));
+    cu.key_sha256 = key_hash(&key);
+    c.store
+        .put("customer", id, &cu)
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    Ok(json_response(200, &json!({"id": cu.id, "api_key": key})))
+}
+
+async fn delete_customer(c: &Control, who: &Caller, id: &str) -> Reply {
+    operator_only(who)?;
+    let live: Vec<String> = c
+        .list_services(Some(id))
+        .await
+        .into_iter()
+        .filter(|s| s.state.live())
+        .map(|s| s.id)
+        .collect();
+    if !live.is_empty() {
+        return Err(Response::problem(
+            409,
+            &format!(
+                "customer {id} still has services {}; delete them first",
+                live.join(", ")
+            ),
+        ));
+    }
+    match c.store.delete("customer", id).await {
+        Ok(true) => Ok(Response::new(204, "text/plain", Vec::new())),
+        Ok(false) => Err(Response::problem(404, &format!("no customer {id}"))),
+        Err(e) => Err(problem(&e.into())),
+    }
+}
+
+async fn metrics(c: &Control) -> String {
+    let m = &c.metrics;
+    let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let mut out = String::new();
+    out.push_str(
+        "# HELP vcdn_control_services Services by state.\n# TYPE vcdn_control_services gauge\n",
+    );
+    for (state, n) in c.state_counts().await {
+        out.push_str(&format!("vcdn_control_services{{state=\"{state}\"}} {n}\n"));
+    }
+    let counters = [
+        (
+            "vcdn_control_deployments_total",
+            "Services deployed to active.",
+            g(&m.deployed),
+        ),
+        (
+            "vcdn_control_deploy_milliseconds_sum",
+            "Time from order to every instance serving, summed.",
+            g(&m.deploy_ms_total),
+        ),
+        (
+            "vcdn_control_healed_total",
+            "Crashed instances replaced.",
+            g(&m.healed),
+        ),
+        (
+            "vcdn_control_scaled_out_total",
+            "Scale-out actions.",
+            g(&m.scaled_out),
+        ),
+        (
+            "vcdn_control_scaled_in_total",
+            "Scale-in actions.",
+            g(&m.scaled_in),
+        ),
+        (
+            "vcdn_control_expired_total",
+            "Services ended by their lease.",
+            g(&m.expired),
+        ),
+        (
+            "vcdn_control_api_requests_total",
+            "API requests.",
+            g(&m.api_requests),
+        ),
+        (
+            "vcdn_control_api_errors_total",
+            "API requests answered with an error.",
+            g(&m.api_errors),
+        ),
+    ];
+    for (name, help, v) in counters {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
+        ));
+    }
+    out
+}

@@ -1,0 +1,1184 @@
+//! The control plane's state and its operations: order, deploy, heal,
+//! scale, expire and delete services. The API and the supervisor call
+//! these; the store keeps the result.
+//!
+//! Every service lives in memory (the `services` map, one lock) and is
+//! written through to the store on each change, so a restart finds it.
+//! Slow steps (waiting for instances to answer, stopping processes) run
+//! outside the lock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Mutex;
+use vcdn_model::capacity::CapacityModel;
+use vcdn_policy::autoscale::{Autoscaler, Decision, Trend};
+
+use crate::deployer::{self, RouterLink};
+use crate::planner::{self, Fleet, PlanError, PlanInput};
+use crate::store::{Store, StoreError};
+use crate::types::*;
+use crate::vim::{InstanceSpec, Vim};
+
+/// How the control plane runs.
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    pub data_dir: PathBuf,
+    pub operator_token: String,
+    pub router: RouterLink,
+    /// What customers are told to use (DNS server, HTTP routing URL).
+    pub dns: Option<SocketAddr>,
+    pub http_routing: Option<SocketAddr>,
+    /// Port every instance serves users on (each has its own address).
+    pub instance_port: u16,
+    /// Port of every instance's control API.
+    pub admin_port: u16,
+    pub capacity: CapacityModel,
+    /// Supervisor period: crash checks every tick, load every 10 ticks.
+    pub tick: Duration,
+    pub autoscaler: Autoscaler,
+}
+
+/// An operation's failure, mapped to an HTTP status by the API.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("deployment failed: {0}")]
+    Deploy(String),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl From<PlanError> for ControlError {
+    fn from(e: PlanError) -> Self {
+        match e {
+            PlanError::Invalid(m) => ControlError::Invalid(m),
+            PlanError::NoCapacity(m) => ControlError::Conflict(m),
+        }
+    }
+}
+
+/// Supervisor bookkeeping of one service (not stored).
+#[derive(Default)]
+struct Runtime {
+    trends: HashMap<String, Trend>,
+    /// Last (requests, bytes) counters seen per instance.
+    counters: HashMap<String, (u64, u64)>,
+    /// Consecutive failed polls per instance.
+    failures: HashMap<String, u32>,
+    /// Load per region from the last poll.
+    load: HashMap<String, f64>,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    pub deployed: AtomicU64,
+    pub deploy_ms_total: AtomicU64,
+    pub healed: AtomicU64,
+    pub scaled_out: AtomicU64,
+    pub scaled_in: AtomicU64,
+    pub expired: AtomicU64,
+    pub api_requests: AtomicU64,
+    pub api_errors: AtomicU64,
+}
+
+pub struct Control {
+    pub cfg: ControlConfig,
+    pub store: Store,
+    pub vim: Arc<dyn Vim>,
+    pub metrics: Metrics,
+    /// Token every instance's control API requires (kept in the data dir).
+    pub instance_token: String,
+    services: Mutex<BTreeMap<String, Service>>,
+    runtime: parking_lot::Mutex<HashMap<String, Runtime>>,
+}
+
+pub fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Random lowercase hex.
+pub fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn valid_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn validate_spec(spec: &ServiceSpec) -> Result<(), ControlError> {
+    let bad = |m: String| Err(ControlError::Invalid(m));
+    if !valid_label(&spec.name) {
+        return bad(format!(
+            "name {:?}: use 1-63 lowercase letters, digits and inner hyphens",
+            spec.name
+        ));
+    }
+    let host = spec.hostname.trim_end_matches('.');
+    if host.len() > 253
+        || host.split('.').count() < 2
+        || !host
+            .split('.')
+            .all(|l| valid_label(&l.to_ascii_lowercase()))
+    {
+        return bad(format!(
+            "hostname {:?} is not a valid DNS name like video.example.com",
+            spec.hostname
+        ));
+    }
+    let Some(rest) = spec.origin.strip_prefix("http://") else {
+        return bad(format!("origin {:?}: give http://host:port", spec.origin));
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() || authority.contains('@') {
+        return bad(format!("origin {:?}: give http://host:port", spec.origin));
+    }
+    Ok(())
+}
+
+impl Control {
+    pub async fn open(
+        cfg: ControlConfig,
+        store: Store,
+        vim: Arc<dyn Vim>,
+    ) -> Result<Arc<Control>, ControlError> {
+        let token_file = cfg.data_dir.join("instance-token");
+        let instance_token = match std::fs::read_to_string(&token_file) {
+            Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+            _ => {
+                let t = random_hex(16);
+                std::fs::write(&token_file, &t).map_err(|e| {
+                    ControlError::Invalid(format!("cannot write {}: {e}", token_file.display()))
+                })?;
+                t
+            }
+        };
+        if store.list::<Region>("region").await?.is_empty() {
+            let d = crate::defaults::Defaults::embedded();
+            for r in &d.regions {
+                store.put("region", &r.name, r).await?;
+            }
+            for h in &d.hosts {
+                store.put("host", &h.name, h).await?;
+            }
+            for f in &d.flavors {
+                store.put("flavor", &f.name, f).await?;
+            }
+            tracing::info!(
+                regions = d.regions.len(),
+                hosts = d.hosts.len(),
+                flavors = d.flavors.len(),
+                "stored the embedded defaults"
+            );
+        }
+        let services: BTreeMap<String, Service> = store
+            .list::<Service>("service")
+            .await?
+            .into_iter()
+            .map(|s| (s.id.clone(), s))
+            .collect();
+        Ok(Arc::new(Control {
+            cfg,
+            store,
+            vim,
+            metrics: Metrics::default(),
+            instance_token,
+            services: Mutex::new(services),
+            runtime: parking_lot::Mutex::new(HashMap::new()),
+        }))
+    }
+
+    pub async fn event(&self, service: &str, kind: &str, detail: &str) {
+        tracing::info!(service, kind, detail, "event");
+        if let Err(e) = self.store.add_event(service, now_ms(), kind, detail).await {
+            tracing::error!(error = %e, "cannot record event");
+        }
+    }
+
+    fn instance_spec(&self, s: &Service, i: &Instance) -> Result<InstanceSpec, ControlError> {
+        let parse = |a: &str| {
+            a.parse::<SocketAddr>()
+                .map_err(|e| ControlError::Invalid(format!("instance address {a}: {e}")))
+        };
+        Ok(InstanceSpec {
+            id: i.id.clone(),
+            listen: parse(&i.address)?,
+            admin: parse(&i.admin)?,
+            admin_token: self.instance_token.clone(),
+            upstream: s.spec.origin.clone(),
+            vcpus: i.vcpus,
+            memory_mib: i.memory_mib,
+        })
+    }
+
+    /// Starts (or restarts) an instance's process and records its pid.
+    fn launch(&self, s: &Service, i: &mut Instance) -> Result<(), ControlError> {
+        let spec = self.instance_spec(s, i)?;
+        let started = self
+            .vim
+            .start(&spec)
+            .map_err(|e| ControlError::Deploy(e.to_string()))?;
+        i.pid = Some(started.pid);
+        i.cpu_limit = started.cpu_limit;
+        i.state = InstanceState::Starting;
+        i.started_at = now_s();
+        Ok(())
+    }
+
+    async fn persist(&self, s: &Service) {
+        if let Err(e) = self.store.put("service", &s.id, s).await {
+            tracing::error!(service = %s.id, error = %e, "cannot store service");
+        }
+    }
+
+    // ---- catalog reads ----
+
+    pub async fn regions(&self) -> Result<Vec<Region>, ControlError> {
+        Ok(self.store.list("region").await?)
+    }
+
+    pub async fn hosts(&self) -> Result<Vec<Host>, ControlError> {
+        Ok(self.store.list("host").await?)
+    }
+
+    pub async fn flavors(&self) -> Result<Vec<Flavor>, ControlError> {
+        Ok(self.store.list("flavor").await?)
+    }
+
+    pub async fn host_views(&self) -> Result<Vec<HostView>, ControlError> {
+        let hosts = self.hosts().await?;
+        let services = self.services.lock().await;
+        let mut views: Vec<HostView> = hosts
+            .into_iter()
+            .map(|h| HostView {
+                host: h,
+                used_vcpus: 0,
+                used_memory_mib: 0,
+                instances: 0,
+            })
+            .collect();
+        for s in services.values().filter(|s| s.state.live()) {
+            for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
+                if let Some(v) = views.iter_mut().find(|v| v.host.name == i.host) {
+                    v.used_vcpus += i.vcpus;
+                    v.used_memory_mib += i.memory_mib;
+                    v.instances += 1;
+                }
+            }
+        }
+        Ok(views)
+    }
+
+    /// Live services using a region or a host (a region or host in use
+    /// cannot be removed).
+    pub async fn users_of(&self, region: Option<&str>, host: Option<&str>) -> Vec<String> {
+        self.services
+            .lock()
+            .await
+            .values()
+            .filter(|s| s.state.live())
+            .filter(|s| {
+                s.graph.regions.iter().any(|r| {
+                    region.is_some_and(|n| r.region == n)
+                        || host.is_some_and(|h| r.instances.iter().any(|i| i.host == h))
+                })
+            })
+            .map(|s| s.id.clone())
+            .collect()
+    }
+
+    // ---- services ----
+
+    pub async fn list_services(&self, customer: Option<&str>) -> Vec<Service> {
+        self.services
+            .lock()
+            .await
+            .values()
+            .filter(|s| customer.is_none_or(|c| s.customer == c))
+            .cloned()
+            .collect()
+    }
+
+    /// A service by id or by name, seen by `customer` (None: the operator).
+    /// Someone else's service is "not found", not "forbidden": its
+    /// existence is nobody else's business.
+    pub async fn find(&self, key: &str, customer: Option<&str>) -> Result<Service, ControlError> {
+        let services = self.services.lock().await;
+        let mine = |s: &&Service| customer.is_none_or(|c| s.customer == c);
+        services
+            .get(key)
+            .filter(mine)
+            .or_else(|| {
+                // By name: the live one, else the newest.
+                let mut named: Vec<&Service> = services
+                    .values()
+                    .filter(mine)
+                    .filter(|s| s.spec.name == key)
+                    .collect();
+                named.sort_by_key(|s| (s.state.live(), s.created_at));
+                named.last().copied()
+            })
+            .cloned()
+            .ok_or_else(|| ControlError::NotFound(format!("no service {key}")))
+    }
+
+    /// Orders a vCDN: validate, plan, reserve, deploy (now, or when the
+    /// lease starts), and wire the router.
+    pub async fn create(&self, customer: &str, spec: ServiceSpec) -> Result<Service, ControlError> {
+        validate_spec(&spec)?;
+        let t0 = Instant::now();
+        let now = now_s();
+        let start = spec.lease.start.unwrap_or(now).max(now);
+        let end = match (spec.lease.end, spec.lease.duration_s) {
+            (Some(_), Some(_)) => {
+                return Err(ControlError::Invalid(
+                    "lease: give end or duration_s, not both".into(),
+                ))
+            }
+            (Some(e), None) => e,
+            (None, Some(d)) => start.saturating_add(d),
+            (None, None) => start + 24 * 3600,
+        };
+        if end <= start {
+            return Err(ControlError::Invalid(format!(
+                "lease ends ({end}) before it starts ({start})"
+            )));
+        }
+        let flavors = self.flavors().await?;
+        let Some(flavor) = flavors.iter().find(|f| f.name == spec.flavor) else {
+            let names: Vec<&str> = flavors.iter().map(|f| f.name.as_str()).collect();
+            return Err(ControlError::Invalid(format!(
+                "unknown flavor {}; the catalog has: {}",
+                spec.flavor,
+                names.join(", ")
+            )));
+        };
+        let regions = self.regions().await?;
+        let hosts = self.hosts().await?;
+        let mut services = self.services.lock().await;
+        let hostname = spec.hostname.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(other) = services.values().find(|s| {
+            s.state.live()
+                && s.spec
+                    .hostname
+                    .trim_end_matches('.')
+                    .eq_ignore_ascii_case(&hostname)
+        }) {
+            return Err(ControlError::Conflict(if other.customer == customer {
+                format!(
+                    "hostname {hostname} is already served by your service {} ({})",
+                    other.spec.name, other.id
+                )
+            } else {
+                format!("hostname {hostname} is already taken")
+            }));
+        }
+        if let Some(other) = services
+            .values()
+            .find(|s| s.state.live() && s.customer == customer && s.spec.name == spec.name)
+        {
+            return Err(ControlError::Conflict(format!(
+                "you already have a service named {} ({})",
+                spec.name, other.id
+            )));
+        }
+        let all: Vec<Service> = services.values().cloned().collect();
+        let graph = planner::plan(
+            &PlanInput {
+                spec: &spec,
+                flavor,
+                regions: &regions,
+                hosts: &hosts,
+                services: &all,
+                model: &self.cfg.capacity,
+                instance_port: self.cfg.instance_port,
+                admin_port: self.cfg.admin_port,
+            },
+            &mut || format!("i-{}", random_hex(5)),
+            now,
+        )?;
+        let planned_vcpus = graph
+            .regions
+            .iter()
+            .flat_map(|r| &r.instances)
+            .map(|i| i.vcpus)
+            .sum();
+        let mut s = Service {
+            id: format!("s-{}", random_hex(6)),
+            customer: customer.to_string(),
+            spec,
+            state: if start > now {
+                ServiceState::Scheduled
+            } else {
+                ServiceState::Deploying
+            },
+            created_at: now,
+            lease_start: start,
+            lease_end: end,
+            graph,
+            usage: Usage::default(),
+            pricing: flavor.pricing.clone(),
+            planned_vcpus,
+            error: None,
+        };
+        let summary = s
+            .graph
+            .regions
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}: {} x {} vCPU",
+                    r.region,
+                    r.instances.len(),
+                    flavor.template.vcpus_per_instance
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        if s.state == ServiceState::Scheduled {
+            services.insert(s.id.clone(), s.clone());
+            drop(services);
+            self.persist(&s).await;
+            self.event(
+                &s.id,
+                "planned",
+                &format!("reserved {summary}; starts at {start}"),
+            )
+            .await;
+            return Ok(s);
+        }
+        let launched = self.launch_all(&mut s);
+        services.insert(s.id.clone(), s.clone());
+        drop(services);
+        self.persist(&s).await;
+        self.event(&s.id, "planned", &format!("reserved {summary}"))
+            .await;
+        if let Err(e) = launched {
+            return Err(self.fail(&s.id, e).await);
+        }
+        self.finish_deploy(&s.id, t0).await
+    }
+
+    fn launch_all(&self, s: &mut Service) -> Result<(), ControlError> {
+        let snapshot = s.clone();
+        for i in s
+            .graph
+            .regions
+            .iter_mut()
+            .flat_map(|r| r.instances.iter_mut())
+        {
+            self.launch(&snapshot, i)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every instance, then points the router at them.
+    async fn finish_deploy(&self, id: &str, t0: Instant) -> Result<Service, ControlError> {
+        let s = self.find(id, None).await?;
+        let admins: Vec<(String, String)> = s
+            .graph
+            .regions
+            .iter()
+            .flat_map(|r| &r.instances)
+            .map(|i| (i.id.clone(), i.admin.clone()))
+            .collect();
+        if let Err(e) = deployer::wait_ready(&admins, Duration::from_secs(5)).await {
+            return Err(self.fail(id, ControlError::Deploy(e)).await);
+        }
+        if let Err(e) = self.cfg.router.put(&s, &self.instance_token).await {
+            return Err(self.fail(id, ControlError::Deploy(e)).await);
+        }
+        let mut services = self.services.lock().await;
+        let Some(s) = services.get_mut(id) else {
+            return Err(ControlError::NotFound(format!("no service {id}")));
+        };
+        if s.state != ServiceState::Deploying {
+            // Deleted while deploying: the delete tears down.
+            return Ok(s.clone());
+        }
+        s.state = ServiceState::Active;
+        for i in s
+            .graph
+            .regions
+            .iter_mut()
+            .flat_map(|r| r.instances.iter_mut())
+        {
+            i.state = InstanceState::Running;
+        }
+        let s = s.clone();
+        drop(services);
+        self.persist(&s).await;
+        let ms = t0.elapsed().as_secs_f64() * 1000.0;
+        self.metrics.deployed.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .deploy_ms_total
+            .fetch_add(ms as u64, Ordering::Relaxed);
+        let n = s
+            .graph
+            .regions
+            .iter()
+            .map(|r| r.instances.len())
+            .sum::<usize>();
+        self.event(
+            &s.id,
+            "active",
+            &format!("{n} instances serving in {ms:.1} ms"),
+        )
+        .await;
+        Ok(s)
+    }
+
+    /// Marks a deployment failed, frees everything, returns the error.
+    async fn fail(&self, id: &str, e: ControlError) -> ControlError {
+        let msg = e.to_string();
+        if let Some(s) = self.end(id, ServiceState::Failed, Some(msg.clone())).await {
+            self.event(&s.id, "failed", &msg).await;
+        }
+        e
+    }
+
+    /// Ends a service: state, router, processes. Returns it as it was.
+    async fn end(&self, id: &str, state: ServiceState, error: Option<String>) -> Option<Service> {
+        let mut services = self.services.lock().await;
+        let s = services.get_mut(id)?;
+        let before = s.clone();
+        s.state = state;
+        s.error = error;
+        for i in s
+            .graph
+            .regions
+            .iter_mut()
+            .flat_map(|r| r.instances.iter_mut())
+        {
+            i.state = InstanceState::Failed;
+            i.pid = None;
+        }
+        let after = s.clone();
+        drop(services);
+        self.persist(&after).await;
+        self.runtime.lock().remove(id);
+        if let Err(e) = self.cfg.router.delete(id).await {
+            tracing::warn!(service = id, error = %e, "router did not drop the service");
+        }
+        self.stop_instances(
+            before
+                .graph
+                .regions
+                .iter()
+                .flat_map(|r| r.instances.clone())
+                .collect(),
+        )
+        .await;
+        Some(before)
+    }
+
+    async fn stop_instances(&self, instances: Vec<Instance>) {
+        let vim = self.vim.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            std::thread::scope(|sc| {
+                for i in &instances {
+                    let vim = &vim;
+                    sc.spawn(move || vim.stop(&i.id, i.pid));
+                }
+            })
+        })
+        .await;
+    }
+
+    pub async fn delete(&self, key: &str, customer: Option<&str>) -> Result<Service, ControlError> {
+        let s = self.find(key, customer).await?;
+        if !s.state.live() {
+            return Err(ControlError::Conflict(
+                format!("service {} is already {:?}", s.id, s.state).to_lowercase(),
+            ));
+        }
+        let n = s
+            .graph
+            .regions
+            .iter()
+            .map(|r| r.instances.len())
+            .sum::<usize>();
+        self.end(&s.id, ServiceState::Deleted, None).await;
+        self.event(
+            &s.id,
+            "deleted",
+            &format!("{n} instances stopped, reservation freed"),
+        )
+        .await;
+        self.find(&s.id, None).await
+    }
+
+    /// Sends a purge or prefetch to every running instance; returns what
+    /// each answered.
+    pub async fn fan_out(&self, s: &Service, path: &str, body: &[u8]) -> Vec<serde_json::Value> {
+        let auth = format!("Bearer {}", self.instance_token);
+        let calls = s.graph.regions.iter().flat_map(|r| r.instances.iter().map(move |i| (r.region.clone(), i.clone()))).map(|(region, i)| {
+            let auth = auth.clone();
+            async move {
+                let res = match i.admin.parse::<SocketAddr>() {
+                    Ok(a) => vcdn_http::client::request(a, "POST", path, &[("Authorization", &auth), ("Content-Type", "application/json")], body, Duration::from_secs(30)).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match res {
+                    Ok(r) => serde_json::json!({"instance": i.id, "region": region, "status": r.status(), "result": serde_json::from_slice::<serde_json::Value>(&r.body).unwrap_or(serde_json::Value::Null)}),
+                    Err(e) => serde_json::json!({"instance": i.id, "region": region, "error": e}),
+                }
+            }
+        });
+        let mut out = Vec::new();
+        for c in calls.collect::<Vec<_>>() {
+            out.push(c.await);
+        }
+        out
+    }
+
+    // ---- supervisor steps ----
+
+    /// Replaces crashed instances; returns how many.
+    pub async fn heal(&self) -> usize {
+        let mut healed = Vec::new();
+        {
+            let mut services = self.services.lock().await;
+            for s in services
+                .values_mut()
+                .filter(|s| matches!(s.state, ServiceState::Active | ServiceState::Degraded))
+            {
+                let snapshot = s.clone();
+                for i in s
+                    .graph
+                    .regions
+                    .iter_mut()
+                    .flat_map(|r| r.instances.iter_mut())
+                {
+                    if self.vim.alive(&i.id, i.pid, &i.address) {
+                        continue;
+                    }
+                    let old = i.pid;
+                    let t0 = Instant::now();
+                    match self.launch(&snapshot, i) {
+                        Ok(()) => healed.push((
+                            s.id.clone(),
+                            i.id.clone(),
+                            i.admin.clone(),
+                            old,
+                            i.pid,
+                            t0,
+                        )),
+                        Err(e) => {
+                            tracing::error!(service = %s.id, instance = %i.id, error = %e, "cannot replace instance")
+                        }
+                    }
+                    s.state = ServiceState::Degraded;
+                }
+            }
+        }
+        let n = healed.len();
+        for (sid, iid, admin, old, new, t0) in healed {
+            self.metrics.healed.fetch_add(1, Ordering::Relaxed);
+            let ready = deployer::wait_ready(&[(iid.clone(), admin)], Duration::from_secs(5)).await;
+            let ms = t0.elapsed().as_secs_f64() * 1000.0;
+            self.settle(&sid).await;
+            let detail = match ready {
+                Ok(()) => format!(
+                    "instance {iid} (pid {}) was gone; replaced by pid {} serving after {ms:.1} ms",
+                    fmt_pid(old),
+                    fmt_pid(new)
+                ),
+                Err(e) => format!(
+                    "instance {iid} (pid {}) was gone; replacement not ready: {e}",
+                    fmt_pid(old)
+                ),
+            };
+            self.event(&sid, "healed", &detail).await;
+        }
+        n
+    }
+
+    /// Marks instances that answer as running, and the service active when
+    /// all do.
+    async fn settle(&self, id: &str) {
+        let s = match self.find(id, None).await {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        let mut ready = HashMap::new();
+        for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
+            ready.insert(
+                i.id.clone(),
+                deployer::wait_ready(
+                    &[(i.id.clone(), i.admin.clone())],
+                    Duration::from_millis(300),
+                )
+                .await
+                .is_ok(),
+            );
+        }
+        let mut services = self.services.lock().await;
+        let Some(s) = services.get_mut(id) else {
+            return;
+        };
+        if !s.state.live() {
+            return;
+        }
+        let mut all = true;
+        for i in s
+            .graph
+            .regions
+            .iter_mut()
+            .flat_map(|r| r.instances.iter_mut())
+        {
+            if ready.get(&i.id).copied().unwrap_or(false) {
+                i.state = InstanceState::Running;
+            } else {
+                all = false;
+            }
+        }
+        if matches!(s.state, ServiceState::Active | ServiceState::Degraded) {
+            s.state = if all {
+                ServiceState::Active
+            } else {
+                ServiceState::Degraded
+            };
+        }
+        let s = s.clone();
+        drop(services);
+        self.persist(&s).await;
+    }
+
+    /// Starts services whose lease began and ends those whose lease is over.
+    pub async fn leases(&self) {
+        let now = now_s();
+        let (due, over): (Vec<String>, Vec<String>) = {
+            let services = self.services.lock().await;
+            (
+                services
+                    .values()
+                    .filter(|s| {
+                        s.state == ServiceState::Scheduled
+                            && s.lease_start <= now
+                            && now < s.lease_end
+                    })
+                    .map(|s| s.id.clone())
+                    .collect(),
+                services
+                    .values()
+                    .filter(|s| s.state.live() && now >= s.lease_end)
+                    .map(|s| s.id.clone())
+                    .collect(),
+            )
+        };
+        for id in over {
+            self.end(&id, ServiceState::Expired, None).await;
+            self.metrics.expired.fetch_add(1, Ordering::Relaxed);
+            self.event(
+                &id,
+                "expired",
+                "lease over: instances stopped, reservation freed",
+            )
+            .await;
+        }
+        for id in due {
+            let t0 = Instant::now();
+            let launched = {
+                let mut services = self.services.lock().await;
+                let Some(s) = services.get_mut(&id) else {
+                    continue;
+                };
+                s.state = ServiceState::Deploying;
+                let r = self.launch_all(s);
+                (s.clone(), r)
+            };
+            self.persist(&launched.0).await;
+            match launched.1 {
+                Ok(()) => {
+                    let _ = self.finish_deploy(&id, t0).await;
+                }
+                Err(e) => {
+                    self.fail(&id, e).await;
+                }
+            }
+        }
+    }
+
+    /// Polls every running instance's statistics: usage, hung instances,
+    /// load. Then scales elastic services. `dt` is the time since the last.
+    pub async fn observe(&self, dt: Duration) {
+        let services: Vec<Service> = self
+            .services
+            .lock()
+            .await
+            .values()
+            .filter(|s| matches!(s.state, ServiceState::Active | ServiceState::Degraded))
+            .cloned()
+            .collect();
+        let auth = format!("Bearer {}", self.instance_token);
+        for s in services {
+            let mut usage = Usage::default();
+            let mut loads: HashMap<String, f64> = HashMap::new();
+            let mut hung = Vec::new();
+            for r in &s.graph.regions {
+                for i in &r.instances {
+                    usage.vcpu_seconds += i.vcpus as f64 * dt.as_secs_f64();
+                    let stats = match i.admin.parse::<SocketAddr>() {
+                        Ok(a) => vcdn_http::client::request(
+                            a,
+                            "GET",
+                            "/stats",
+                            &[("Authorization", &auth)],
+                            b"",
+                            Duration::from_millis(500),
+                        )
+                        .await
+                        .ok()
+                        .filter(|r| r.status() == 200)
+                        .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok()),
+                        Err(_) => None,
+                    };
+                    let mut rt = self.runtime.lock();
+                    let rt = rt.entry(s.id.clone()).or_default();
+                    let Some(v) = stats else {
+                        let f = rt.failures.entry(i.id.clone()).or_default();
+                        *f += 1;
+                        if *f >= 3 && i.state == InstanceState::Running {
+                            hung.push(i.clone());
+                            *f = 0;
+                        }
+                        continue;
+                    };
+                    rt.failures.remove(&i.id);
+                    let requests: u64 = v["requests"]
+                        .as_object()
+                        .map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum());
+                    let bytes = v["body_bytes_sent"].as_u64().unwrap_or(0);
+                    let (lr, lb) = rt
+                        .counters
+                        .insert(i.id.clone(), (requests, bytes))
+                        .unwrap_or((0, 0));
+                    // A restarted instance starts from zero again.
+                    let dr = if requests >= lr {
+                        requests - lr
+                    } else {
+                        requests
+                    };
+                    let db = if bytes >= lb { bytes - lb } else { bytes };
+                    usage.requests += dr;
+                    usage.bytes += db;
+                    let demand = s.spec.regions.iter().find(|d| d.region == r.region);
+                    let load = if demand
+                        .is_some_and(|d| d.peak_users.is_none() && d.requests_per_s.is_some())
+                    {
+                        dr as f64 / dt.as_secs_f64().max(1e-3)
+                    } else {
+                        v["connections_open"].as_f64().unwrap_or(0.0)
+                    };
+                    *loads.entry(r.region.clone()).or_default() += load;
+                }
+            }
+            {
+                let mut rt = self.runtime.lock();
+                rt.entry(s.id.clone()).or_default().load = loads.clone();
+            }
+            {
+                let mut all = self.services.lock().await;
+                if let Some(live) = all.get_mut(&s.id) {
+                    live.usage.vcpu_seconds += usage.vcpu_seconds;
+                    live.usage.requests += usage.requests;
+                    live.usage.bytes += usage.bytes;
+                    let snap = live.clone();
+                    drop(all);
+                    self.persist(&snap).await;
+                }
+            }
+            for i in hung {
+                tracing::warn!(service = %s.id, instance = %i.id, "instance does not answer; restarting it");
+                let vim = self.vim.clone();
+                let (id, pid) = (i.id.clone(), i.pid);
+                let _ = tokio::task::spawn_blocking(move || vim.stop(&id, pid)).await;
+                self.event(
+                    &s.id,
+                    "unresponsive",
+                    &format!(
+                        "instance {} did not answer 3 polls; stopped for replacement",
+                        i.id
+                    ),
+                )
+                .await;
+            }
+            self.autoscale(&s, &loads).await;
+        }
+    }
+
+    async fn autoscale(&self, s: &Service, loads: &HashMap<String, f64>) {
+        let flavors = match self.flavors().await {
+            Ok(f) => f,
+            Err(_) => return,
+        };
+        let Some(flavor) = flavors.iter().find(|f| f.name == s.spec.flavor) else {
+            return;
+        };
+        if !planner::plugin(flavor.kind).autoscaled() {
+            return;
+        }
+        let t = &flavor.template;
+        for r in &s.graph.regions {
+            let load = loads.get(&r.region).copied().unwrap_or(0.0);
+            let decision = {
+                let mut rt = self.runtime.lock();
+                let trend = rt
+                    .entry(s.id.clone())
+                    .or_default()
+                    .trends
+                    .entry(r.region.clone())
+                    .or_default();
+                self.cfg.autoscaler.decide(
+                    trend,
+                    load,
+                    r.per_instance.max(1e-9),
+                    r.instances.len() as u32,
+                    t.min_instances.max(1),
+                    t.max_instances,
+                )
+            };
+            match decision {
+                Decision::Hold => {}
+                Decision::Out(n) => {
+                    if let Err(e) = self.scale_out(&s.id, &r.region, n, load).await {
+                        self.event(&s.id, "scale_out_failed", &e.to_string()).await;
+                    }
+                }
+                Decision::In => self.scale_in(&s.id, &r.region, load).await,
+            }
+        }
+    }
+
+    async fn scale_out(
+        &self,
+        id: &str,
+        region: &str,
+        n: u32,
+        load: f64,
+    ) -> Result<(), ControlError> {
+        let t0 = Instant::now();
+        let regions = self.regions().await?;
+        let hosts = self.hosts().await?;
+        let flavors = self.flavors().await?;
+        let mut services = self.services.lock().await;
+        let all: Vec<Service> = services.values().cloned().collect();
+        let s = services
+            .get_mut(id)
+            .ok_or_else(|| ControlError::NotFound(id.into()))?;
+        let flavor = flavors
+            .iter()
+            .find(|f| f.name == s.spec.flavor)
+            .ok_or_else(|| ControlError::NotFound(s.spec.flavor.clone()))?;
+        let reg = regions
+            .iter()
+            .find(|r| r.name == region)
+            .ok_or_else(|| ControlError::NotFound(region.into()))?;
+        let fleet = Fleet {
+            hosts: &hosts,
+            services: &all,
+            instance_port: self.cfg.instance_port,
+            admin_port: self.cfg.admin_port,
+        };
+        let mut added = planner::place_more(
+            &fleet,
+            reg,
+            &flavor.template,
+            n,
+            &mut || format!("i-{}", random_hex(5)),
+            now_s(),
+        )?;
+        let snapshot = s.clone();
+        for i in &mut added {
+            self.launch(&snapshot, i)?;
+        }
+        let rg = s
+            .graph
+            .regions
+            .iter_mut()
+            .find(|r| r.region == region)
+            .ok_or_else(|| ControlError::NotFound(region.into()))?;
+        let before = rg.instances.len();
+        rg.instances.extend(added.iter().cloned());
+        let after = rg.instances.len();
+        let snap = s.clone();
+        drop(services);
+        self.persist(&snap).await;
+        let admins: Vec<(String, String)> = added
+            .iter()
+            .map(|i| (i.id.clone(), i.admin.clone()))
+            .collect();
+        deployer::wait_ready(&admins, Duration::from_secs(5))
+            .await
+            .map_err(ControlError::Deploy)?;
+        self.settle(id).await;
+        let s = self.find(id, None).await?;
+        self.cfg
+            .router
+            .put(&s, &self.instance_token)
+            .await
+            .map_err(ControlError::Deploy)?;
+        self.metrics.scaled_out.fetch_add(1, Ordering::Relaxed);
+        self.event(id, "scaled_out", &format!("{region}: {before} -> {after} instances at load {load:.0} (each carries {:.0}); serving after {:.1} ms", snap.graph.regions.iter().find(|r| r.region == region).map_or(0.0, |r| r.per_instance), t0.elapsed().as_secs_f64() * 1000.0)).await;
+        Ok(())
+    }
+
+    async fn scale_in(&self, id: &str, region: &str, load: f64) {
+        let (removed, snap, before) = {
+            let mut services = self.services.lock().await;
+            let Some(s) = services.get_mut(id) else {
+                return;
+            };
+            let Some(rg) = s.graph.regions.iter_mut().find(|r| r.region == region) else {
+                return;
+            };
+            let before = rg.instances.len();
+            let Some(i) = rg.instances.pop() else { return };
+            (i, s.clone(), before)
+        };
+        self.persist(&snap).await;
+        // The router first, so no user is sent to an instance going away.
+        if let Err(e) = self.cfg.router.put(&snap, &self.instance_token).await {
+            tracing::warn!(service = id, error = %e, "router update failed");
+        }
+        self.stop_instances(vec![removed.clone()]).await;
+        if let Some(rt) = self.runtime.lock().get_mut(id) {
+            rt.counters.remove(&removed.id);
+        }
+        self.metrics.scaled_in.fetch_add(1, Ordering::Relaxed);
+        self.event(
+            id,
+            "scaled_in",
+            &format!(
+                "{region}: {before} -> {} instances at load {load:.0}",
+                before - 1
+            ),
+        )
+        .await;
+    }
+
+    /// After a restart: adopt instances that still run and answer, start
+    /// the others again, and give the router every live service.
+    pub async fn reconcile(&self) {
+        let ids: Vec<String> = self
+            .services
+            .lock()
+            .await
+            .values()
+            .filter(|s| {
+                matches!(
+                    s.state,
+                    ServiceState::Active | ServiceState::Degraded | ServiceState::Deploying
+                )
+            })
+            .map(|s| s.id.clone())
+            .collect();
+        for id in ids {
+            let s = match self.find(&id, None).await {
+                Ok(s) => s,
+                Err(_) => continue,
+            };
+            let mut adopted = 0;
+            let mut recreated = Vec::new();
+            for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
+                let answers = deployer::wait_ready(
+                    &[(i.id.clone(), i.admin.clone())],
+                    Duration::from_millis(300),
+                )
+                .await
+                .is_ok();
+                if self.vim.alive(&i.id, i.pid, &i.address) && answers {
+                    adopted += 1;
+                } else {
+                    recreated.push(i.id.clone());
+                }
+            }
+            {
+                let mut services = self.services.lock().await;
+                if let Some(live) = services.get_mut(&id) {
+                    let snapshot = live.clone();
+                    for i in live
+                        .graph
+                        .regions
+                        .iter_mut()
+                        .flat_map(|r| r.instances.iter_mut())
+                    {
+                        if recreated.contains(&i.id) {
+                            if let Some(pid) = i.pid {
+                                self.vim.stop(&i.id, Some(pid));
+                            }
+                            if let Err(e) = self.launch(&snapshot, i) {
+                                tracing::error!(instance = %i.id, error = %e, "cannot re-create instance");
+                            }
+                        }
+                    }
+                    if live.state == ServiceState::Deploying {
+                        live.state = ServiceState::Degraded;
+                    }
+                }
+            }
+            self.settle(&id).await;
+            let s = match self.find(&id, None).await {
+                Ok(s) => s,
+                Err(_) => continue,
+            };
+            if let Err(e) = self.cfg.router.put(&s, &self.instance_token).await {
+                tracing::error!(service = %id, error = %e, "cannot configure the router");
+            }
+            self.event(&id, "reconciled", &format!("control plane restarted: {adopted} instances adopted, {} re-created, router configured", recreated.len())).await;
+        }
+    }
+
+    /// The supervisor's view of a service's load per region.
+    pub fn load(&self, id: &str) -> HashMap<String, f64> {
+        self.runtime
+            .lock()
+            .get(id)
+            .map(|r| r.load.clone())
+            .unwrap_or_default()
+    }
+
+    /// Services by state, for /metrics.
+    pub async fn state_counts(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for s in self.services.lock().await.values() {
+            *m.entry(format!("{:?}", s.state).to_lowercase())
+                .or_default() += 1;
+        }
+        m
+    }
+}
+
+fn fmt_pid(p: Option<u32>) -> String {
+    p.map_or("-".into(), |p| p.to_string())
+}

@@ -1,0 +1,137 @@
+//! The deployer's data-plane wiring (the paper's resource orchestrator
+//! beyond the VIM): wait until instances answer, and configure the request
+//! router through its admin API so users reach them.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use vcdn_router::config::{CacheEndpoint, ServiceConfig, ServiceRegion};
+
+use crate::types::{Service, ServiceState};
+
+/// The router's admin API.
+#[derive(Debug, Clone)]
+pub struct RouterLink {
+    pub admin: SocketAddr,
+    pub token: String,
+}
+
+impl RouterLink {
+    async fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<(), String> {
+        let auth = format!("Bearer {}", self.token);
+        let r = vcdn_http::client::request(
+            self.admin,
+            method,
+            path,
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+            ],
+            body,
+            Duration::from_secs(2),
+        )
+        .await
+        .map_err(|e| format!("router admin API: {e}"))?;
+        match r.status() {
+            200..=299 => Ok(()),
+            404 if method == "DELETE" => Ok(()),
+            s => Err(format!(
+                "router admin API answered {s}: {}",
+                r.text().trim()
+            )),
+        }
+    }
+
+    /// Gives the router the service with its current instances.
+    pub async fn put(&self, s: &Service, _instance_token: &str) -> Result<(), String> {
+        let cfg = router_service(s);
+        let body = serde_json::to_vec(&cfg).expect("router config serializes");
+        self.call("PUT", &format!("/services/{}", s.id), &body)
+            .await
+    }
+
+    pub async fn delete(&self, id: &str) -> Result<(), String> {
+        self.call("DELETE", &format!("/services/{id}"), b"").await
+    }
+}
+
+/// The router's record of a service: per region, its caches with their
+/// admin addresses (whose `/healthz` the router polls).
+pub fn router_service(s: &Service) -> ServiceConfig {
+    ServiceConfig {
+        name: s.id.clone(),
+        hostname: s.spec.hostname.trim_end_matches('.').to_ascii_lowercase(),
+        origin: s.spec.origin.clone(),
+        regions: s
+            .graph
+            .regions
+            .iter()
+            .map(|r| ServiceRegion {
+                region: r.region.clone(),
+                caches: if s.state == ServiceState::Failed {
+                    Vec::new()
+                } else {
+                    r.instances
+                        .iter()
+                        .filter_map(|i| {
+                            Some(CacheEndpoint {
+                                address: i.address.parse().ok()?,
+                                admin: i.admin.parse().ok(),
+                                max_connections: None,
+                            })
+                        })
+                        .collect()
+                },
+            })
+            .collect(),
+        admission: Default::default(),
+        template: None,
+    }
+}
+
+/// Polls each instance's `/healthz` until all answer 200, or says which
+/// did not within `limit`.
+pub async fn wait_ready(instances: &[(String, String)], limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    let waits = instances.iter().map(|(id, admin)| async move {
+        let addr: SocketAddr = admin
+            .parse()
+            .map_err(|e| format!("instance {id}: bad admin address {admin}: {e}"))?;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!(
+                    "instance {id} did not answer on http://{addr}/healthz within {limit:?}"
+                ));
+            }
+            let r = vcdn_http::client::request(
+                addr,
+                "GET",
+                "/healthz",
+                &[],
+                b"",
+                left.min(Duration::from_millis(500)),
+            )
+            .await;
+            if matches!(&r, Ok(r) if r.status() == 200) {
+                return Ok(());
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    });
+    // Instances start in parallel, so waiting for them in turn costs the
+    // slowest one's time, not the sum.
+    let mut errors = Vec::new();
+    for w in waits {
+        if let Err(e) = w.await {
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}

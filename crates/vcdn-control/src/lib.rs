@@ -1,0 +1,167 @@
+//! vcdn's control plane: CDN-as-a-Service (Frangoudis et al., "CDN-as-a-
+//! Service Provision over a Telecom Operator's Cloud", §III and §V).
+//!
+//! A customer orders a vCDN through the [`api`]; the [`planner`] (service
+//! orchestrator) dimensions it from the capacity model and places
+//! instances on hosts; the [`deployer`] and a [`vim`] driver (resource
+//! orchestrator) start them and wire the request router; the
+//! [`supervisor`] (instance manager) heals, scales and ends them with the
+//! lease. [`store`] keeps it all (SQLite or PostgreSQL); [`pricing`] bills.
+//!
+//! [`up`] starts everything on one host with embedded defaults.
+
+pub mod api;
+pub mod control;
+pub mod defaults;
+pub mod deployer;
+pub mod planner;
+pub mod pricing;
+pub mod store;
+pub mod supervisor;
+pub mod types;
+pub mod vim;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use control::{Control, ControlConfig};
+use vcdn_model::capacity::CapacityModel;
+use vcdn_router::config::{CoverageZone, RegionInfo};
+
+/// What `vcdn up` is told.
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    pub data_dir: PathBuf,
+    /// PostgreSQL URL; SQLite in `data_dir` without one.
+    pub database_url: Option<String>,
+    pub api: SocketAddr,
+    pub dns: Option<SocketAddr>,
+    pub http: Option<SocketAddr>,
+    pub router_admin: SocketAddr,
+    pub operator_token: Option<String>,
+    pub capacity_model: Option<PathBuf>,
+    /// The `vcdn` binary the local VIM runs as `vcdn cache`.
+    pub cache_binary: PathBuf,
+    pub instance_port: u16,
+    pub admin_port: u16,
+}
+
+/// A running control plane and router.
+pub struct Up {
+    pub control: Arc<Control>,
+    pub api: SocketAddr,
+    pub dns: Option<SocketAddr>,
+    pub http: Option<SocketAddr>,
+    pub router_admin: SocketAddr,
+    pub operator_token: String,
+}
+
+/// Starts the store, the router, the control plane, its supervisor and
+/// its API on the current tokio runtime.
+pub async fn up(o: UpOptions) -> Result<Up, String> {
+    std::fs::create_dir_all(&o.data_dir)
+        .map_err(|e| format!("cannot create data directory {}: {e}", o.data_dir.display()))?;
+    let operator_token = match &o.operator_token {
+        Some(t) if !t.is_empty() => t.clone(),
+        _ => {
+            let f = o.data_dir.join("operator-token");
+            match std::fs::read_to_string(&f) {
+                Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+                _ => {
+                    let t = format!("op_{}", control::random_hex(16));
+                    std::fs::write(&f, &t)
+                        .map_err(|e| format!("cannot write {}: {e}", f.display()))?;
+                    t
+                }
+            }
+        }
+    };
+    let capacity = match &o.capacity_model {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read capacity model {}: {e}", p.display()))?;
+            CapacityModel::from_toml(&text).map_err(|e| format!("{}: {e}", p.display()))?
+        }
+        None => CapacityModel::default(),
+    };
+    let store = match &o.database_url {
+        Some(url) => store::Store::postgres(url)
+            .await
+            .map_err(|e| format!("cannot open the store at {url}: {e}"))?,
+        None => store::Store::sqlite(&o.data_dir)
+            .map_err(|e| format!("cannot open the store in {}: {e}", o.data_dir.display()))?,
+    };
+    // The router learns regions and coverage from the store's regions.
+    let mut regions: Vec<types::Region> = store.list("region").await.map_err(|e| e.to_string())?;
+    if regions.is_empty() {
+        regions = defaults::Defaults::embedded().regions;
+    }
+    let mut rcfg = vcdn_router::RouterConfig::default();
+    for r in &regions {
+        rcfg.regions.push(RegionInfo {
+            name: r.name.clone(),
+            lat: r.lat,
+            lon: r.lon,
+        });
+        for c in &r.clients {
+            rcfg.coverage.push(CoverageZone {
+                cidr: c.clone(),
+                region: r.name.clone(),
+            });
+        }
+    }
+    rcfg.default_region = regions.first().map(|r| r.name.clone());
+    let router_token = control::random_hex(16);
+    let (_router, l) = vcdn_router::start(
+        rcfg,
+        vcdn_router::RouterOptions {
+            dns: o.dns,
+            http: o.http,
+            admin: Some(o.router_admin),
+            admin_token: Some(router_token.clone()),
+        },
+    )
+    .await?;
+    let router_admin = l.admin.ok_or("router admin did not start")?;
+    let vim = vim::LocalVim::new(o.cache_binary.clone(), &o.data_dir)
+        .map_err(|e| format!("cannot start the local VIM: {e}"))?;
+    let cfg = ControlConfig {
+        data_dir: o.data_dir.clone(),
+        operator_token: operator_token.clone(),
+        router: deployer::RouterLink {
+            admin: router_admin,
+            token: router_token,
+        },
+        dns: l.dns,
+        http_routing: l.http,
+        instance_port: o.instance_port,
+        admin_port: o.admin_port,
+        capacity,
+        tick: Duration::from_millis(100),
+        autoscaler: Default::default(),
+    };
+    let control = Control::open(cfg, store, Arc::new(vim))
+        .await
+        .map_err(|e| e.to_string())?;
+    control.reconcile().await;
+    tokio::spawn(supervisor::run(control.clone()));
+    let listener = tokio::net::TcpListener::bind(o.api)
+        .await
+        .map_err(|e| format!("cannot listen for the API on {}: {e}", o.api))?;
+    let api = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(vcdn_http::serve::serve(
+        listener,
+        vcdn_http::serve::ServeConfig::default(),
+        api::handler(control.clone()),
+    ));
+    Ok(Up {
+        control,
+        api,
+        dns: l.dns,
+        http: l.http,
+        router_admin,
+        operator_token,
+    })
+}

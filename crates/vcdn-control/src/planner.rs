@@ -1,0 +1,482 @@
+//! The planner (the paper's service orchestrator): demand + quality +
+//! capacity model → vCPUs per region (the flavor's plugin) → instances on
+//! hosts (placement) → the service graph, or the reason it cannot be met.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddr};
+
+use vcdn_model::capacity::CapacityModel;
+use vcdn_policy::dimensioning::{self, Demand, Quality};
+use vcdn_policy::placement::{self, HostFree, Shape};
+
+use crate::types::*;
+
+/// Why a request cannot be met (409), or is malformed (422).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NoCapacity(String),
+}
+
+/// One region's dimensioning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dimensioned {
+    pub vcpus_needed: f64,
+    pub instances: u32,
+    /// Load one instance carries at the target, in the demand's unit.
+    pub per_instance: f64,
+}
+
+/// A flavor's plugin: how it dimensions a region and whether the
+/// supervisor scales it (the paper's per-flavor "service plugin").
+pub trait FlavorPlugin: Send + Sync {
+    fn dimension(
+        &self,
+        template: &Template,
+        demand: &RegionDemand,
+        quality: &QualitySpec,
+        model: &CapacityModel,
+    ) -> Result<Dimensioned, PlanError>;
+    fn autoscaled(&self) -> bool;
+}
+
+/// Fixed instances from the template; no elasticity.
+pub struct StaticFlavor;
+/// Dimensioned from quality and demand through the capacity model;
+/// autoscaled by the supervisor.
+pub struct ElasticFlavor;
+
+pub fn plugin(kind: FlavorKind) -> &'static dyn FlavorPlugin {
+    match kind {
+        FlavorKind::Static => &StaticFlavor,
+        FlavorKind::Elastic => &ElasticFlavor,
+    }
+}
+
+fn quality(q: &QualitySpec) -> Result<Quality, PlanError> {
+    match (q.min_mos, q.response_ms) {
+        (Some(_), Some(_)) => Err(PlanError::Invalid(
+            "quality: give either min_mos or response_ms (with percentile), not both".into(),
+        )),
+        (Some(m), None) if (1.0..=5.0).contains(&m) => Ok(Quality::MinMos(m)),
+        (Some(m), None) => Err(PlanError::Invalid(format!(
+            "quality.min_mos must be within 1..5, not {m}"
+        ))),
+        (None, Some(ms)) if ms > 0.0 => Ok(Quality::ResponseTime {
+            percentile: q.percentile.unwrap_or(90).clamp(1, 99),
+            max_ms: ms,
+        }),
+        (None, Some(ms)) => Err(PlanError::Invalid(format!(
+            "quality.response_ms must be positive, not {ms}"
+        ))),
+        (None, None) => Ok(Quality::BestEffort),
+    }
+}
+
+fn demand(d: &RegionDemand) -> Demand {
+    Demand {
+        peak_users: d.peak_users,
+        requests_per_s: d.requests_per_s,
+        object_bytes: d.object_bytes,
+        bitrate_kbps: d.bitrate_kbps,
+        chunk_s: d.chunk_s,
+    }
+}
+
+fn per_vcpu(d: &RegionDemand, q: &QualitySpec, model: &CapacityModel) -> Result<f64, PlanError> {
+    dimensioning::capacity_per_vcpu(&demand(d), quality(q)?, model).map_err(|e| match e {
+        dimensioning::DimensionError::NoDemand => PlanError::Invalid(format!(
+            "region {}: give peak_users or requests_per_s",
+            d.region
+        )),
+        e => PlanError::NoCapacity(format!("region {}: {e}", d.region)),
+    })
+}
+
+impl FlavorPlugin for StaticFlavor {
+    fn dimension(
+        &self,
+        t: &Template,
+        d: &RegionDemand,
+        q: &QualitySpec,
+        model: &CapacityModel,
+    ) -> Result<Dimensioned, PlanError> {
+        quality(q)?;
+        // Demand is optional here; when given, report what it would need.
+        let per = if d.peak_users.is_some() || d.requests_per_s.is_some() {
+            per_vcpu(d, q, model).unwrap_or(0.0) * t.vcpus_per_instance as f64
+        } else {
+            0.0
+        };
+        Ok(Dimensioned {
+            vcpus_needed: (t.min_instances * t.vcpus_per_instance) as f64,
+            instances: t.min_instances.max(1),
+            per_instance: per,
+        })
+    }
+
+    fn autoscaled(&self) -> bool {
+        false
+    }
+}
+
+impl FlavorPlugin for ElasticFlavor {
+    fn dimension(
+        &self,
+        t: &Template,
+        d: &RegionDemand,
+        q: &QualitySpec,
+        model: &CapacityModel,
+    ) -> Result<Dimensioned, PlanError> {
+        let per = per_vcpu(d, q, model)?;
+        let load = d
+            .peak_users
+            .map(|u| u as f64)
+            .or(d.requests_per_s)
+            .unwrap_or(0.0);
+        let vcpus = load / per;
+        let n = dimensioning::instances(vcpus, t.vcpus_per_instance, t.min_instances.max(1));
+        if n > t.max_instances {
+            return Err(PlanError::NoCapacity(format!(
+                "region {}: the demand needs {n} instances ({vcpus:.1} vCPUs) and this flavor allows at most {}",
+                d.region, t.max_instances
+            )));
+        }
+        Ok(Dimensioned {
+            vcpus_needed: vcpus,
+            instances: n,
+            per_instance: per * t.vcpus_per_instance as f64,
+        })
+    }
+
+    fn autoscaled(&self) -> bool {
+        true
+    }
+}
+
+/// The hosts of a region with what live services hold of them.
+pub fn free_hosts(hosts: &[Host], services: &[Service], region: &str) -> Vec<(Host, HostFree)> {
+    let mut used: HashMap<&str, (u32, u64)> = HashMap::new();
+    for s in services.iter().filter(|s| s.state.live()) {
+        for r in &s.graph.regions {
+            for i in &r.instances {
+                let e = used.entry(i.host.as_str()).or_default();
+                e.0 += i.vcpus;
+                e.1 += i.memory_mib;
+            }
+        }
+    }
+    hosts
+        .iter()
+        .filter(|h| h.region == region)
+        .map(|h| {
+            let (v, m) = used.get(h.name.as_str()).copied().unwrap_or_default();
+            (
+                h.clone(),
+                HostFree {
+                    vcpus: h.vcpus.saturating_sub(v),
+                    memory_mib: h.memory_mib.saturating_sub(m),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Addresses in use by live services' instances.
+pub fn used_addresses(services: &[Service]) -> HashSet<Ipv4Addr> {
+    services
+        .iter()
+        .filter(|s| s.state.live())
+        .flat_map(|s| s.graph.regions.iter().flat_map(|r| r.instances.iter()))
+        .filter_map(|i| i.address.parse::<SocketAddr>().ok())
+        .filter_map(|a| match a.ip() {
+            std::net::IpAddr::V4(v) => Some(v),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The next free address of a region's block (`a.b.0.0/16`-style CIDR).
+pub fn next_address(block: &str, used: &HashSet<Ipv4Addr>) -> Option<Ipv4Addr> {
+    let (net, len) = block.split_once('/')?;
+    let net: Ipv4Addr = net.parse().ok()?;
+    let len: u32 = len.parse().ok()?;
+    if !(8..=30).contains(&len) {
+        return None;
+    }
+    let base = u32::from(net) & (u32::MAX << (32 - len));
+    let size = 1u32 << (32 - len);
+    (1..size - 1)
+        .map(|i| Ipv4Addr::from(base + i))
+        .find(|a| !used.contains(a) && a.octets()[3] != 0 && a.octets()[3] != 255)
+}
+
+/// Everything the planner reads.
+pub struct PlanInput<'a> {
+    pub spec: &'a ServiceSpec,
+    pub flavor: &'a Flavor,
+    pub regions: &'a [Region],
+    pub hosts: &'a [Host],
+    pub services: &'a [Service],
+    pub model: &'a CapacityModel,
+    pub instance_port: u16,
+    pub admin_port: u16,
+}
+
+/// Plans a whole service; all regions or nothing.
+pub fn plan(
+    inp: &PlanInput,
+    new_id: &mut dyn FnMut() -> String,
+    now: u64,
+) -> Result<ServiceGraph, PlanError> {
+    let t = &inp.flavor.template;
+    let plug = plugin(inp.flavor.kind);
+    let mut used = used_addresses(inp.services);
+    let mut graph = ServiceGraph::default();
+    let mut shortages = Vec::new();
+    let mut seen = HashSet::new();
+    if inp.spec.regions.is_empty() {
+        return Err(PlanError::Invalid(
+            "regions: name at least one region".into(),
+        ));
+    }
+    for d in &inp.spec.regions {
+        if !seen.insert(d.region.as_str()) {
+            return Err(PlanError::Invalid(format!(
+                "region {} is listed twice",
+                d.region
+            )));
+        }
+        let Some(region) = inp.regions.iter().find(|r| r.name == d.region) else {
+            let known: Vec<&str> = inp.regions.iter().map(|r| r.name.as_str()).collect();
+            return Err(PlanError::Invalid(format!(
+                "unknown region {}; regions are: {}",
+                d.region,
+                known.join(", ")
+            )));
+        };
+        if !t.allowed_regions.is_empty() && !t.allowed_regions.contains(&d.region) {
+            return Err(PlanError::Invalid(format!(
+                "flavor {} is not offered in region {} (only in {})",
+                inp.flavor.name,
+                d.region,
+                t.allowed_regions.join(", ")
+            )));
+        }
+        let dim = plug.dimension(t, d, &inp.spec.quality, inp.model)?;
+        let hosts = free_hosts(inp.hosts, inp.services, &d.region);
+        let free: Vec<HostFree> = hosts.iter().map(|(_, f)| f.clone()).collect();
+        let shape = Shape {
+            vcpus: t.vcpus_per_instance,
+            memory_mib: t.memory_mib_per_instance,
+        };
+        match placement::place(dim.instances as usize, shape, &free, t.placement) {
+            Err(s) => shortages.push(format!(
+                "region {} lacks {} vCPUs and {} MiB ({s})",
+                d.region, s.missing_vcpus, s.missing_memory_mib
+            )),
+            Ok(picks) => {
+                let mut instances = Vec::new();
+                for h in picks {
+                    let ip = next_address(&region.instance_block, &used).ok_or_else(|| {
+                        PlanError::NoCapacity(format!(
+                            "region {}: no free address in {}",
+                            d.region, region.instance_block
+                        ))
+                    })?;
+                    used.insert(ip);
+                    instances.push(Instance {
+                        id: new_id(),
+                        host: hosts[h].0.name.clone(),
+                        address: SocketAddr::from((ip, inp.instance_port)).to_string(),
+                        admin: SocketAddr::from((ip, inp.admin_port)).to_string(),
+                        vcpus: t.vcpus_per_instance,
+                        memory_mib: t.memory_mib_per_instance,
+                        state: InstanceState::Starting,
+                        pid: None,
+                        cpu_limit: String::new(),
+                        started_at: now,
+                    });
+                }
+                graph.regions.push(RegionGraph {
+                    region: d.region.clone(),
+                    vcpus_needed: dim.vcpus_needed,
+                    per_instance: dim.per_instance,
+                    instances,
+                });
+            }
+        }
+    }
+    if !shortages.is_empty() {
+        return Err(PlanError::NoCapacity(shortages.join("; ")));
+    }
+    Ok(graph)
+}
+
+/// The platform as it stands: hosts, the services holding them, ports.
+pub struct Fleet<'a> {
+    pub hosts: &'a [Host],
+    pub services: &'a [Service],
+    pub instance_port: u16,
+    pub admin_port: u16,
+}
+
+/// More instances for a region of a running service (scale-out), placed
+/// like the plan would.
+pub fn place_more(
+    fleet: &Fleet,
+    region: &Region,
+    t: &Template,
+    count: u32,
+    new_id: &mut dyn FnMut() -> String,
+    now: u64,
+) -> Result<Vec<Instance>, PlanError> {
+    let hosts = free_hosts(fleet.hosts, fleet.services, &region.name);
+    let free: Vec<HostFree> = hosts.iter().map(|(_, f)| f.clone()).collect();
+    let shape = Shape {
+        vcpus: t.vcpus_per_instance,
+        memory_mib: t.memory_mib_per_instance,
+    };
+    let picks = placement::place(count as usize, shape, &free, t.placement).map_err(|s| {
+        PlanError::NoCapacity(format!(
+            "region {} lacks {} vCPUs ({s})",
+            region.name, s.missing_vcpus
+        ))
+    })?;
+    let mut used = used_addresses(fleet.services);
+    picks
+        .into_iter()
+        .map(|h| {
+            let ip = next_address(&region.instance_block, &used).ok_or_else(|| {
+                PlanError::NoCapacity(format!("region {}: no free address", region.name))
+            })?;
+            used.insert(ip);
+            Ok(Instance {
+                id: new_id(),
+                host: hosts[h].0.name.clone(),
+                address: SocketAddr::from((ip, fleet.instance_port)).to_string(),
+                admin: SocketAddr::from((ip, fleet.admin_port)).to_string(),
+                vcpus: shape.vcpus,
+                memory_mib: shape.memory_mib,
+                state: InstanceState::Starting,
+                pid: None,
+                cpu_limit: String::new(),
+                started_at: now,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::defaults::Defaults;
+
+    fn spec(users: u64) -> ServiceSpec {
+        ServiceSpec {
+            name: "demo".into(),
+            origin: "http://127.0.0.1:9000".into(),
+            hostname: "video.demo.example".into(),
+            flavor: "elastic".into(),
+            regions: vec![
+                RegionDemand {
+                    region: "paris".into(),
+                    peak_users: Some(users),
+                    ..Default::default()
+                },
+                RegionDemand {
+                    region: "lyon".into(),
+                    peak_users: Some(200),
+                    ..Default::default()
+                },
+            ],
+            quality: QualitySpec {
+                min_mos: Some(4.0),
+                ..Default::default()
+            },
+            lease: LeaseSpec::default(),
+        }
+    }
+
+    fn run(spec: &ServiceSpec, services: &[Service]) -> Result<ServiceGraph, PlanError> {
+        run_on(spec, services, &Defaults::embedded().hosts)
+    }
+
+    fn run_on(
+        spec: &ServiceSpec,
+        services: &[Service],
+        hosts: &[Host],
+    ) -> Result<ServiceGraph, PlanError> {
+        let d = Defaults::embedded();
+        let flavor = d.flavors.iter().find(|f| f.name == spec.flavor).unwrap();
+        let model = CapacityModel::default();
+        let mut n = 0;
+        plan(
+            &PlanInput {
+                spec,
+                flavor,
+                regions: &d.regions,
+                hosts,
+                services,
+                model: &model,
+                instance_port: 8080,
+                admin_port: 9080,
+            },
+            &mut || {
+                n += 1;
+                format!("i{n}")
+            },
+            0,
+        )
+    }
+
+    #[test]
+    fn the_issue_example_gets_one_instance_per_region_on_distinct_addresses() {
+        let g = run(&spec(500), &[]).unwrap();
+        assert_eq!(g.regions.len(), 2);
+        assert_eq!(g.regions[0].instances.len(), 1);
+        assert_eq!(g.regions[0].instances[0].address, "127.10.0.1:8080");
+        assert_eq!(g.regions[1].instances[0].address, "127.11.0.1:8080");
+    }
+
+    #[test]
+    fn big_demand_is_refused_with_the_region_and_the_shortfall() {
+        // 17,500 HD viewers per vCPU at MOS 4: 100k need 6 instances; one
+        // 4-vCPU host in Paris holds 4.
+        let one_host: Vec<Host> = Defaults::embedded()
+            .hosts
+            .into_iter()
+            .filter(|h| h.name != "paris-2")
+            .collect();
+        let e = run_on(&spec(100_000), &[], &one_host).unwrap_err();
+        let PlanError::NoCapacity(why) = e else {
+            panic!("{e:?}")
+        };
+        assert!(why.contains("region paris lacks 2 vCPUs"), "{why}");
+        // Beyond the flavor's maximum of 8 instances.
+        let e = run(&spec(200_000), &[]).unwrap_err();
+        assert!(e.to_string().contains("at most 8"), "{e}");
+    }
+
+    #[test]
+    fn unknown_regions_and_contradictory_quality_are_invalid() {
+        let mut s = spec(10);
+        s.regions[0].region = "atlantis".into();
+        assert!(matches!(run(&s, &[]), Err(PlanError::Invalid(w)) if w.contains("atlantis")));
+        let mut s = spec(10);
+        s.quality.response_ms = Some(50.0);
+        assert!(matches!(run(&s, &[]), Err(PlanError::Invalid(_))));
+    }
+
+    #[test]
+    fn addresses_skip_those_in_use() {
+        let used: HashSet<Ipv4Addr> = ["127.10.0.1".parse().unwrap()].into();
+        assert_eq!(
+            next_address("127.10.0.0/16", &used),
+            Some("127.10.0.2".parse().unwrap())
+        );
+        assert_eq!(next_address("bogus", &used), None);
+    }
+}

@@ -1,0 +1,299 @@
+//! The VIM driver: how instances come to life (the paper's resource
+//! orchestrator talks to OpenStack; ours talks to a [`Vim`]). The `local`
+//! driver runs each cache instance as a process on this host.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use parking_lot::Mutex;
+
+/// Everything a driver needs to start one cache instance.
+#[derive(Debug, Clone)]
+pub struct InstanceSpec {
+    pub id: String,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub admin_token: String,
+    pub upstream: String,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+}
+
+/// A started instance.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub pid: u32,
+    /// How its CPU is held to its vCPUs.
+    pub cpu_limit: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VimError {
+    #[error("cannot start instance {0}: {1}")]
+    Spawn(String, std::io::Error),
+}
+
+/// A virtualized infrastructure manager. Drivers start and stop instances
+/// and say whether one still runs; they never restart anything themselves
+/// (the supervisor decides).
+pub trait Vim: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn start(&self, spec: &InstanceSpec) -> Result<Started, VimError>;
+    /// Stops it (gracefully, then by force) and frees what it held.
+    fn stop(&self, id: &str, pid: Option<u32>);
+    /// Whether the instance runs (an adopted one is recognised by its pid
+    /// and its listen address on the command line).
+    fn alive(&self, id: &str, pid: Option<u32>, listen: &str) -> bool;
+}
+
+/// How the local driver limits an instance's CPU.
+#[derive(Debug, Clone)]
+enum CpuControl {
+    /// cgroup v2: `cpu.max` in a child of this directory.
+    V2(PathBuf),
+    /// cgroup v1 cpu controller: `cpu.cfs_quota_us` in a child of this.
+    V1(PathBuf),
+    /// Pin to this many CPUs (round robin over the host's).
+    Affinity,
+}
+
+/// Instances as processes of this host: `vcdn cache` bound to the
+/// instance's loopback address, CPU limited by cgroup quota where the host
+/// allows and by CPU affinity otherwise, output in `logs/`.
+pub struct LocalVim {
+    binary: PathBuf,
+    logs: PathBuf,
+    cpu: CpuControl,
+    children: Mutex<HashMap<String, Child>>,
+    next_cpu: Mutex<usize>,
+}
+
+impl LocalVim {
+    pub fn new(binary: PathBuf, data_dir: &Path) -> std::io::Result<LocalVim> {
+        let logs = data_dir.join("logs");
+        std::fs::create_dir_all(&logs)?;
+        let cpu = detect_cpu_control();
+        tracing::info!(cpu = ?cpu, binary = %binary.display(), "local VIM ready");
+        Ok(LocalVim {
+            binary,
+            logs,
+            cpu,
+            children: Mutex::new(HashMap::new()),
+            next_cpu: Mutex::new(0),
+        })
+    }
+
+    fn cgroup_dir(&self, id: &str) -> Option<PathBuf> {
+        match &self.cpu {
+            CpuControl::V2(d) | CpuControl::V1(d) => Some(d.join(id)),
+            CpuControl::Affinity => None,
+        }
+    }
+
+    /// Creates the instance's cgroup with its quota; returns the file a
+    /// process writes itself into, and a description.
+    fn prepare_cpu(&self, spec: &InstanceSpec) -> (Option<CString>, Option<Vec<usize>>, String) {
+        let period = 100_000u64;
+        let quota = spec.vcpus.max(1) as u64 * period;
+        let tried = match &self.cpu {
+            CpuControl::V2(d) => {
+                let g = d.join(&spec.id);
+                std::fs::create_dir_all(&g)
+                    .and_then(|_| std::fs::write(g.join("cpu.max"), format!("{quota} {period}")))
+                    .map(|_| {
+                        (
+                            g.join("cgroup.procs"),
+                            format!("cgroup v2 cpu.max {quota}/{period}"),
+                        )
+                    })
+            }
+            CpuControl::V1(d) => {
+                let g = d.join(&spec.id);
+                std::fs::create_dir_all(&g)
+                    .and_then(|_| std::fs::write(g.join("cpu.cfs_period_us"), period.to_string()))
+                    .and_then(|_| std::fs::write(g.join("cpu.cfs_quota_us"), quota.to_string()))
+                    .map(|_| {
+                        (
+                            g.join("cgroup.procs"),
+                            format!("cgroup v1 cfs quota {quota}/{period}"),
+                        )
+                    })
+            }
+            CpuControl::Affinity => Err(std::io::Error::other("no cgroup")),
+        };
+        match tried {
+            Ok((procs, what)) => (
+                CString::new(procs.as_os_str().as_encoded_bytes()).ok(),
+                None,
+                what,
+            ),
+            Err(e) => {
+                if !matches!(self.cpu, CpuControl::Affinity) {
+                    tracing::warn!(error = %e, instance = %spec.id, "cgroup quota unavailable; pinning CPUs instead");
+                }
+                let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let mut next = self.next_cpu.lock();
+                let cpus: Vec<usize> = (0..spec.vcpus.max(1) as usize)
+                    .map(|i| (*next + i) % n)
+                    .collect();
+                *next = (*next + cpus.len()) % n;
+                let what = format!("affinity {cpus:?}");
+                (None, Some(cpus), what)
+            }
+        }
+    }
+}
+
+fn detect_cpu_control() -> CpuControl {
+    let root = Path::new("/sys/fs/cgroup");
+    let v2 = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+    if v2.split_whitespace().any(|c| c == "cpu") {
+        let dir = root.join("vcdn");
+        let ok = std::fs::write(root.join("cgroup.subtree_control"), "+cpu").is_ok()
+            && std::fs::create_dir_all(&dir).is_ok()
+            && std::fs::write(dir.join("cgroup.subtree_control"), "+cpu").is_ok();
+        if ok {
+            return CpuControl::V2(dir);
+        }
+    }
+    let v1 = root.join("cpu");
+    if v1.join("cpu.cfs_quota_us").exists() {
+        let dir = v1.join("vcdn");
+        if std::fs::create_dir_all(&dir).is_ok() {
+            return CpuControl::V1(dir);
+        }
+    }
+    CpuControl::Affinity
+}
+
+impl Vim for LocalVim {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn start(&self, spec: &InstanceSpec) -> Result<Started, VimError> {
+        let err = |e| VimError::Spawn(spec.id.clone(), e);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.logs.join(format!("{}.log", spec.id)))
+            .map_err(err)?;
+        let log2 = log.try_clone().map_err(err)?;
+        let (procs, cpus, cpu_limit) = self.prepare_cpu(spec);
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("cache")
+            .arg("--listen")
+            .arg(spec.listen.to_string())
+            .arg("--upstream")
+            .arg(&spec.upstream)
+            .arg("--admin")
+            .arg(spec.admin.to_string())
+            .arg("--memory")
+            .arg(format!("{}M", spec.memory_mib.max(1) / 2))
+            .arg("--threads")
+            .arg(spec.vcpus.max(1).to_string())
+            .env("VCDN_ADMIN_TOKEN", &spec.admin_token)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            // Its own process group: a Ctrl-C to the control plane leaves
+            // the data plane serving; a restarted control plane adopts it.
+            .process_group(0);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("VCDN_") && k != "VCDN_ADMIN_TOKEN" {
+                cmd.env_remove(k);
+            }
+        }
+        // SAFETY: only async-signal-safe calls (open, write, close,
+        // sched_setaffinity) on data prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(p) = &procs {
+                    let fd = libc::open(p.as_ptr(), libc::O_WRONLY);
+                    if fd >= 0 {
+                        libc::write(fd, b"0".as_ptr().cast(), 1);
+                        libc::close(fd);
+                    }
+                }
+                if let Some(cpus) = &cpus {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    for &c in cpus {
+                        libc::CPU_SET(c, &mut set);
+                    }
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(err)?;
+        let pid = child.id();
+        self.children.lock().insert(spec.id.clone(), child);
+        Ok(Started { pid, cpu_limit })
+    }
+
+    fn stop(&self, id: &str, pid: Option<u32>) {
+        let mut child = self.children.lock().remove(id);
+        if let Some(pid) = child.as_ref().map(|c| c.id()).or(pid) {
+            let mut running = || match &mut child {
+                Some(c) => matches!(c.try_wait(), Ok(None)),
+                None => process_matches(pid, None),
+            };
+            if running() {
+                // SAFETY: signalling a process id.
+                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                let t = std::time::Instant::now();
+                while running() && t.elapsed() < std::time::Duration::from_secs(1) {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                if running() {
+                    // SAFETY: as above.
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
+            }
+        }
+        if let Some(mut c) = child {
+            let _ = c.wait();
+        }
+        if let Some(g) = self.cgroup_dir(id) {
+            // The kernel frees the group once its last task is gone.
+            for _ in 0..50 {
+                if std::fs::remove_dir(&g).is_ok() || !g.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+    }
+
+    fn alive(&self, id: &str, pid: Option<u32>, listen: &str) -> bool {
+        if let Some(c) = self.children.lock().get_mut(id) {
+            return matches!(c.try_wait(), Ok(None));
+        }
+        pid.is_some_and(|p| process_matches(p, Some(listen)))
+    }
+}
+
+/// Whether `pid` runs (not a zombie) and, if given, has `needle` among its
+/// arguments.
+fn process_matches(pid: u32, needle: Option<&str>) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|s| s.split_whitespace().next());
+    if matches!(state, Some("Z") | Some("X") | None) {
+        return false;
+    }
+    match needle {
+        None => true,
+        Some(n) => std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| c.split(|&b| b == 0).any(|a| a == n.as_bytes()))
+            .unwrap_or(false),
+    }
+}

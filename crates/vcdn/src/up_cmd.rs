@@ -1,0 +1,159 @@
+//! `vcdn up`: the control plane, the router and (with `--demo`) a demo
+//! origin and customer, all with embedded defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Where state lives (SQLite store, tokens, instance logs).
+    #[arg(long, default_value = "vcdn-data", env = "VCDN_DATA_DIR")]
+    data_dir: PathBuf,
+    /// PostgreSQL URL for the store (instead of SQLite in the data dir).
+    #[arg(long, env = "VCDN_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// The REST API (/v1), /metrics and /healthz.
+    #[arg(long, default_value = "127.0.0.1:8070", env = "VCDN_API_LISTEN")]
+    api: SocketAddr,
+    /// The request router's DNS (UDP and TCP).
+    #[arg(long, default_value = "127.0.0.1:5353", env = "VCDN_DNS_LISTEN")]
+    dns: SocketAddr,
+    /// The request router's HTTP routing (302 to a cache).
+    #[arg(long, default_value = "127.0.0.1:8053", env = "VCDN_HTTP_LISTEN")]
+    http: SocketAddr,
+    /// The request router's admin API.
+    #[arg(long, default_value = "127.0.0.1:8054", env = "VCDN_ROUTER_ADMIN")]
+    router_admin: SocketAddr,
+    /// The operator's bearer token [default: generated once, kept in the data dir].
+    #[arg(long, env = "VCDN_OPERATOR_TOKEN", hide_env_values = true)]
+    operator_token: Option<String>,
+    /// Capacity model (TOML, see vcdn-model) [default: the paper's figures].
+    #[arg(long, env = "VCDN_CAPACITY_MODEL")]
+    capacity_model: Option<PathBuf>,
+    /// Port every cache instance serves users on (each has its own address).
+    #[arg(long, default_value_t = 8080)]
+    instance_port: u16,
+    /// Port of every cache instance's control API.
+    #[arg(long, default_value_t = 9080)]
+    instance_admin_port: u16,
+    /// Also run a demo origin and make a demo customer.
+    #[arg(long)]
+    demo: bool,
+    /// Where the demo origin listens.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    demo_origin: SocketAddr,
+}
+
+pub fn run(a: UpArgs) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    rt.block_on(async move {
+        let t0 = std::time::Instant::now();
+        let origin = if a.demo {
+            let l = tokio::net::TcpListener::bind(a.demo_origin)
+                .await
+                .map_err(|e| format!("cannot listen for the demo origin on {}: {e}", a.demo_origin))?;
+            let addr = l.local_addr().map_err(|e| e.to_string())?;
+            tokio::spawn(vcdn_origin::run(l));
+            Some(addr)
+        } else {
+            None
+        };
+        let up = vcdn_control::up(vcdn_control::UpOptions {
+            data_dir: a.data_dir.clone(),
+            database_url: a.database_url.clone(),
+            api: a.api,
+            dns: Some(a.dns),
+            http: Some(a.http),
+            router_admin: a.router_admin,
+            operator_token: a.operator_token.clone(),
+            capacity_model: a.capacity_model.clone(),
+            cache_binary: std::env::current_exe().map_err(|e| format!("cannot find the vcdn binary: {e}"))?,
+            instance_port: a.instance_port,
+            admin_port: a.instance_admin_port,
+        })
+        .await?;
+        let api = format!("http://{}", up.api);
+        let dns = up.dns.map_or("off".into(), |d| d.to_string());
+        println!("vcdn up: control plane ready in {:.0} ms", t0.elapsed().as_secs_f64() * 1000.0);
+        println!("  API            {api}/v1   (OpenAPI at {api}/v1/openapi.json; /metrics, /healthz)");
+        println!("  DNS            {dns} (udp and tcp)");
+        if let Some(h) = up.http {
+            println!("  HTTP routing   http://{h}");
+        }
+        println!("  router admin   http://{}", up.router_admin);
+        println!("  store          {} in {}", up.control.store.engine(), a.data_dir.display());
+        println!("  operator token {}", up.operator_token);
+        let mut token = String::from("<customer API key>");
+        if let Some(o) = origin {
+            println!("  demo origin    http://{o}");
+            let key = demo_customer(&up, &a.data_dir).await?;
+            println!("  demo customer  API key {key}");
+            token = key;
+        }
+        let o = origin.map_or("http://<your origin host:port>".into(), |o| format!("http://{o}"));
+        println!(
+            "
+Order a first vCDN (regions: paris, lyon, marseille):
+  export VCDN_API={api} VCDN_TOKEN={token}
+  vcdn service create demo --origin {o} --hostname video.demo.example \\
+      --flavor elastic --region paris=500 --region lyon=200 --min-mos 4.0 --lease 2h
+  vcdn service show demo
+
+Be a user in Paris (127.1.0.0/16) and in Lyon (127.2.0.0/16):
+  dig @{ip} -p {port} -b 127.1.0.1 video.demo.example +short
+  dig @{ip} -p {port} -b 127.2.0.1 video.demo.example +short
+  curl -si --resolve video.demo.example:{ip_port}:<address from dig> http://video.demo.example:{ip_port}/size/1000 | grep -i x-cache
+{cust}
+Stop with Ctrl-C (caches keep serving; the next `vcdn up` adopts them).",
+            ip = up.dns.map_or("127.0.0.1".into(), |d| d.ip().to_string()),
+            port = up.dns.map_or(53, |d| d.port()),
+            ip_port = a.instance_port,
+            cust = if origin.is_none() {
+                format!("\nMake a customer first (operator token):\n  curl -s -H 'Authorization: Bearer {}' -d '{{\"name\": \"acme\"}}' {api}/v1/customers\n", up.operator_token)
+            } else {
+                String::new()
+            },
+        );
+        tracing::info!(api = %up.api, dns = ?up.dns, http = ?up.http, "vcdn up ready");
+        tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+        println!("vcdn up: stopping (cache instances keep running)");
+        Ok(())
+    })
+}
+
+/// The demo customer's key, made on first run and kept in the data dir.
+async fn demo_customer(up: &vcdn_control::Up, dir: &std::path::Path) -> Result<String, String> {
+    let f = dir.join("demo-customer-key");
+    if let Ok(k) = std::fs::read_to_string(&f) {
+        if !k.trim().is_empty() {
+            return Ok(k.trim().to_string());
+        }
+    }
+    let auth = format!("Bearer {}", up.operator_token);
+    let r = vcdn_http::client::request(
+        up.api,
+        "POST",
+        "/v1/customers",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        br#"{"name": "demo"}"#,
+        std::time::Duration::from_secs(5),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+    let key = v["api_key"]
+        .as_str()
+        .ok_or_else(|| format!("cannot make the demo customer: {}", r.text()))?
+        .to_string();
+    std::fs::write(&f, &key).map_err(|e| format!("cannot write {}: {e}", f.display()))?;
+    Ok(key)
+}

@@ -1,0 +1,837 @@
+//! The control plane as its users meet it: `vcdn up --demo`, a vCDN ordered
+//! with the CLI, users of two regions resolving it to different caches,
+//! content fetched through them, a cache killed and replaced, load that
+//! makes it scale out, the service deleted and every process gone; the API's
+//! access rules and errors; a restart that keeps and adopts everything;
+//! lease expiry; and the same life on PostgreSQL.
+
+mod support;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{eventually, tempdir};
+use vcdn_http::client;
+
+const OP: &str = "operator-secret";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `vcdn up`; on drop it is killed, and so is every cache
+/// instance it started (they outlive the control plane by design).
+struct Up {
+    child: Option<Child>,
+    dir: PathBuf,
+    api: SocketAddr,
+    dns: SocketAddr,
+    origin: SocketAddr,
+    instance_port: u16,
+    extra: Vec<String>,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        self.stop();
+        for pid in instance_pids(self.instance_port) {
+            // SAFETY: signalling a process id.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Pids of `vcdn cache` processes listening on `port` (on any address).
+fn instance_pids(port: u16) -> Vec<u32> {
+    let suffix = format!(":{port}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = c.split(|&b| b == 0).collect();
+            args.windows(2)
+                .any(|w| w[0] == b"--listen" && w[1].ends_with(suffix.as_bytes()))
+                && args.iter().any(|a| *a == b"cache")
+        })
+        .collect()
+}
+
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+impl Up {
+    fn start(name: &str, extra: &[&str]) -> Up {
+        let dir = tempdir(name);
+        let mut up = Up {
+            child: None,
+            dir,
+            api: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            dns: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            origin: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            instance_port: free_port(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        up.launch();
+        up
+    }
+
+    fn launch(&mut self) {
+        use std::io::BufRead;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vcdn"));
+        cmd.arg("up")
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .args([
+                "--api",
+                &self.api.to_string(),
+                "--dns",
+                &self.dns.to_string(),
+            ])
+            .args([
+                "--http",
+                &format!("127.0.0.1:{}", free_port()),
+                "--router-admin",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .args([
+                "--operator-token",
+                OP,
+                "--demo",
+                "--demo-origin",
+                &self.origin.to_string(),
+            ])
+            .args([
+                "--instance-port",
+                &self.instance_port.to_string(),
+                "--instance-admin-port",
+                &free_port().to_string(),
+            ])
+            .args(&self.extra)
+            .env("VCDN_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("vcdn up starts");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains("Order a first vCDN") => break,
+                Ok(_) => {}
+                Err(_) => panic!("vcdn up did not print its greeting within 20 s"),
+            }
+        }
+        self.child = Some(child);
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(5) {
+                if c.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn key(&self) -> String {
+        std::fs::read_to_string(self.dir.join("demo-customer-key"))
+            .expect("demo customer key")
+            .trim()
+            .to_string()
+    }
+
+    /// `vcdn service|customer ARGS` with the demo customer's key.
+    fn cli(&self, args: &[&str]) -> (bool, String, String) {
+        self.cli_as(&self.key(), args)
+    }
+
+    fn cli_as(&self, token: &str, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+            .args(args)
+            .env("VCDN_API", format!("http://{}", self.api))
+            .env("VCDN_TOKEN", token)
+            .output()
+            .expect("vcdn CLI runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    async fn call(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value, String) {
+        let auth = format!("Bearer {token}");
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let mut h = vec![("Content-Type", "application/json")];
+        if !token.is_empty() {
+            h.push(("Authorization", auth.as_str()));
+        }
+        let r = client::request(
+            self.api,
+            method,
+            path,
+            &h,
+            body.as_bytes(),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("API answers");
+        let ct = r.header("content-type").unwrap_or("").to_string();
+        (
+            r.status(),
+            serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+            ct,
+        )
+    }
+
+    async fn service(&self, id: &str) -> Value {
+        self.call(OP, "GET", &format!("/v1/services/{id}"), None)
+            .await
+            .1
+    }
+
+    fn origin_url(&self) -> String {
+        format!("http://{}", self.origin)
+    }
+}
+
+fn instances(v: &Value, region: &str) -> Vec<Value> {
+    v["graph"]["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["region"] == region)
+        .map(|r| r["instances"].as_array().unwrap().clone())
+        .unwrap_or_default()
+}
+
+fn all_pids(v: &Value) -> Vec<u64> {
+    v["graph"]["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|i| i["pid"].as_u64())
+        })
+        .collect()
+}
+
+/// `dig +short` from a source address: the A records.
+fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
+    let out = Command::new("dig")
+        .args([
+            "+short",
+            "+time=2",
+            "+tries=1",
+            "-p",
+            &dns.port().to_string(),
+            "-b",
+            source,
+        ])
+        .arg(format!("@{}", dns.ip()))
+        .arg(name)
+        .output()
+        .expect("dig runs (apt install bind9-dnsutils)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// A small capacity model: one vCPU keeps MOS >= 4 for 20 HD sessions.
+fn small_model(dir: &Path) -> String {
+    let p = dir.join("capacity.toml");
+    std::fs::write(
+        &p,
+        "source = \"test\"\n[[throughput]]\nobject_bytes = 425000\nrequests_per_s = 20\n[[video]]\nbitrate_kbps = 1700\nchunk_s = 2.0\npoints = [{ sessions = 10, mos = 4.8 }, { sessions = 20, mos = 4.0 }, { sessions = 40, mos = 2.0 }]\n",
+    )
+    .unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_route_fetch_heal_scale_and_delete_a_vcdn() {
+    let model_dir = tempdir("control-model");
+    let model = small_model(&model_dir);
+    let up = Up::start("control-e2e", &["--capacity-model", &model]);
+    let origin = up.origin_url();
+
+    // Order with the CLI: two regions, 10 viewers each, MOS 4.
+    let (ok, out, err) = up.cli(&[
+        "service",
+        "create",
+        "demo",
+        "--origin",
+        &origin,
+        "--hostname",
+        "video.demo.example",
+        "--flavor",
+        "elastic",
+        "--region",
+        "paris=10",
+        "--region",
+        "lyon=10",
+        "--min-mos",
+        "4.0",
+        "--lease",
+        "1h",
+    ]);
+    assert!(ok, "create failed: {err}");
+    assert!(out.contains("state     active"), "{out}");
+    let (ok, list, _) = up.cli(&["service", "list"]);
+    assert!(
+        ok && list.contains("demo") && list.contains("paris:1") && list.contains("lyon:1"),
+        "{list}"
+    );
+    let s = up.service("demo").await;
+    let id = s["id"].as_str().unwrap().to_string();
+
+    // Users in Paris and Lyon resolve the hostname to different caches.
+    let paris = resolve(up.dns, "127.1.0.1", "video.demo.example");
+    let lyon = resolve(up.dns, "127.2.0.1", "video.demo.example");
+    assert_eq!(paris.len(), 1, "{paris:?}");
+    assert!(
+        paris[0].starts_with("127.10."),
+        "paris users get a paris cache: {paris:?}"
+    );
+    assert!(
+        lyon[0].starts_with("127.11."),
+        "lyon users get a lyon cache: {lyon:?}"
+    );
+
+    // Content through the Paris cache: MISS, then HIT.
+    let cache: SocketAddr = format!("{}:{}", paris[0], up.instance_port)
+        .parse()
+        .unwrap();
+    let get = || async move {
+        client::request(cache, "GET", "/size/4096", &[], b"", Duration::from_secs(5))
+            .await
+            .expect("cache answers")
+    };
+    let first = get().await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.body.len(), 4096);
+    assert!(
+        first.header("x-cache").unwrap().starts_with("MISS"),
+        "{:?}",
+        first.header("x-cache")
+    );
+    assert!(get().await.header("x-cache").unwrap().starts_with("HIT"));
+
+    // Kill the Paris cache: replaced (same address) and serving within 2 s.
+    let victim = instances(&s, "paris")[0]["pid"].as_u64().unwrap();
+    // SAFETY: killing the instance process.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    let t0 = Instant::now();
+    let healed = eventually(2, || async {
+        let v = up.service(&id).await;
+        let i = &instances(&v, "paris")[0];
+        i["pid"].as_u64().is_some_and(|p| p != victim) && i["state"] == "running"
+    })
+    .await;
+    assert!(healed, "the killed cache was not replaced within 2 s");
+    let took = t0.elapsed();
+    assert_eq!(get().await.status(), 200, "the replacement serves");
+    let (_, ev, _) = up.cli(&["service", "events", "demo"]);
+    assert!(
+        ev.contains("healed") && ev.contains(&format!("pid {victim}")),
+        "{ev}"
+    );
+    eprintln!("replaced a killed cache in {took:?}");
+
+    // Load: 40 viewers' connections on the Paris cache (one carries 20 at
+    // MOS 4): the supervisor scales Paris out.
+    let conns: Vec<TcpStream> = (0..40)
+        .map(|_| TcpStream::connect(cache).unwrap())
+        .collect();
+    let scaled = eventually(15, || async {
+        let p = instances(&up.service(&id).await, "paris");
+        p.len() >= 2 && p.iter().all(|i| i["state"] == "running")
+    })
+    .await;
+    assert!(scaled, "no scale-out under load");
+    let v = up.service(&id).await;
+    assert_eq!(instances(&v, "lyon").len(), 1, "lyon had no load");
+    let answers = resolve(up.dns, "127.1.0.1", "video.demo.example");
+    assert!(
+        answers.len() >= 2,
+        "the router answers with the new caches too: {answers:?}"
+    );
+    // Load gone: it scales back in.
+    drop(conns);
+    let shrunk = eventually(25, || async {
+        instances(&up.service(&id).await, "paris").len() < instances(&v, "paris").len()
+    })
+    .await;
+    assert!(shrunk, "no scale-in after the load went away");
+    let (_, ev, _) = up.cli(&["service", "events", "demo"]);
+    assert!(
+        ev.contains("scaled_out") && ev.contains("scaled_in"),
+        "{ev}"
+    );
+
+    // Usage and cost are reported.
+    let (ok, usage, _) = up.cli(&["service", "usage", "demo"]);
+    assert!(ok && usage.contains("on_demand"), "{usage}");
+    let bill = up
+        .call(OP, "GET", &format!("/v1/services/{id}/usage"), None)
+        .await
+        .1;
+    // Requests a crashed cache served after its last poll are lost to
+    // accounting; the replacement's are counted.
+    assert!(bill["requests"].as_u64().unwrap() >= 1, "{bill}");
+    assert!(bill["vcpu_hours"].as_f64().unwrap() > 0.0, "{bill}");
+
+    // Delete: every process gone, DNS forgets the name, capacity freed.
+    let pids = all_pids(&up.service(&id).await);
+    let (ok, out, err) = up.cli(&["service", "delete", "demo"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("deleted"), "{out}");
+    for p in &pids {
+        assert!(!alive(*p), "instance pid {p} still runs after delete");
+    }
+    assert!(instance_pids(up.instance_port).is_empty());
+    assert!(resolve(up.dns, "127.1.0.1", "video.demo.example").is_empty());
+    let hosts = up.call(OP, "GET", "/v1/hosts", None).await.1;
+    assert!(
+        hosts["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["used_vcpus"] == 0),
+        "{hosts}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_keeps_customers_apart_and_explains_errors() {
+    let up = Up::start("control-api", &[]);
+    let a = up.key();
+    let (st, b, _) = up
+        .call(OP, "POST", "/v1/customers", Some(json!({"name": "other"})))
+        .await;
+    assert_eq!(st, 201);
+    let b = b["api_key"].as_str().unwrap().to_string();
+
+    // The OpenAPI document is served and describes the paths we use.
+    let (st, doc, _) = up.call("", "GET", "/v1/openapi.json", None).await;
+    assert_eq!(st, 200);
+    for p in [
+        "/v1/services",
+        "/v1/services/{id}",
+        "/v1/services/{id}/events",
+        "/v1/catalog",
+        "/v1/hosts",
+        "/v1/customers",
+    ] {
+        assert!(
+            doc["paths"].get(p).is_some(),
+            "{p} missing from the OpenAPI document"
+        );
+    }
+
+    // No token: 401 problem+json.
+    let (st, p, ct) = up.call("", "GET", "/v1/services", None).await;
+    assert_eq!((st, ct.as_str()), (401, "application/problem+json"));
+    assert!(p["detail"].as_str().unwrap().contains("Bearer"));
+    // Customers cannot use operator resources.
+    assert_eq!(up.call(&a, "GET", "/v1/hosts", None).await.0, 403);
+    assert_eq!(
+        up.call(&a, "POST", "/v1/customers", Some(json!({"name": "x"})))
+            .await
+            .0,
+        403
+    );
+    // The operator does not order services for itself.
+    let spec = json!({"name": "demo", "origin": up.origin_url(), "hostname": "video.demo.example", "flavor": "elastic",
+        "regions": [{"region": "paris", "peak_users": 500}, {"region": "lyon", "peak_users": 200}],
+        "quality": {"min_mos": 4.0}, "lease": {"duration_s": 7200}});
+    assert_eq!(
+        up.call(OP, "POST", "/v1/services", Some(spec.clone()))
+            .await
+            .0,
+        403
+    );
+
+    // The issue's request, as is, from customer A.
+    let (st, s, _) = up
+        .call(&a, "POST", "/v1/services", Some(spec.clone()))
+        .await;
+    assert_eq!(st, 201, "{s}");
+    assert_eq!(s["state"], "active");
+    assert_eq!(s["entry_point"]["dns_server"], up.dns.to_string());
+    let id = s["id"].as_str().unwrap();
+    // B sees nothing of it.
+    assert_eq!(
+        up.call(&b, "GET", &format!("/v1/services/{id}"), None)
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        up.call(&b, "DELETE", &format!("/v1/services/{id}"), None)
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        up.call(&b, "GET", "/v1/services", None).await.1["services"],
+        json!([])
+    );
+    // Same hostname again: 409 with the reason.
+    let (st, p, _) = up
+        .call(&b, "POST", "/v1/services", Some(spec.clone()))
+        .await;
+    assert_eq!(st, 409);
+    assert!(
+        p["detail"].as_str().unwrap().contains("already taken"),
+        "{p}"
+    );
+
+    // Bad input: clear errors.
+    let (st, p, _) = up
+        .call(&b, "POST", "/v1/services", Some(json!({"name": "x"})))
+        .await;
+    assert_eq!(st, 400);
+    assert!(
+        p["detail"].as_str().unwrap().contains("missing field"),
+        "{p}"
+    );
+    let mut bad = spec.clone();
+    bad["hostname"] = json!("other.example");
+    bad["regions"][0]["region"] = json!("atlantis");
+    let (st, p, _) = up.call(&b, "POST", "/v1/services", Some(bad)).await;
+    assert_eq!(st, 422);
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("unknown region atlantis"),
+        "{p}"
+    );
+    // More than the region's hosts hold: 409 naming the region and the shortfall.
+    let mut big = spec.clone();
+    big["name"] = json!("big");
+    big["hostname"] = json!("big.example");
+    big["regions"] = json!([{"region": "lyon", "peak_users": 10_000_000}]);
+    big["flavor"] = json!("elastic");
+    let (st, p, _) = up.call(&b, "POST", "/v1/services", Some(big)).await;
+    assert_eq!(st, 409, "{p}");
+    let d = p["detail"].as_str().unwrap();
+    assert!(d.contains("lyon"), "{d}");
+    // CLI errors are readable.
+    let (ok, _, err) = up.cli_as(&b, &["service", "show", id]);
+    assert!(
+        !ok && err.contains("404") && err.contains("no service"),
+        "{err}"
+    );
+
+    // Flavors: static is fixed; the catalog lists both.
+    let (ok, cat, _) = up.cli(&["service", "catalog"]);
+    assert!(
+        ok && cat.contains("static") && cat.contains("elastic") && cat.contains("paris"),
+        "{cat}"
+    );
+    let (st, s2, _) = up.call(&b, "POST", "/v1/services", Some(json!({"name": "fixed", "origin": up.origin_url(), "hostname": "fixed.example", "flavor": "static", "regions": [{"region": "marseille"}]}))).await;
+    assert_eq!(st, 201, "{s2}");
+    assert_eq!(instances(&s2, "marseille").len(), 2);
+    assert_eq!(s2["cost"]["scheme"], "flat_rate");
+    // Two static instances are spread over the two Marseille hosts.
+    let hosts: Vec<String> = instances(&s2, "marseille")
+        .iter()
+        .map(|i| i["host"].as_str().unwrap().to_string())
+        .collect();
+    assert_ne!(hosts[0], hosts[1]);
+
+    // Purge and prefetch go to every cache of the service.
+    let (st, r, _) = up
+        .call(
+            &b,
+            "POST",
+            &format!("/v1/services/{}/prefetch", s2["id"].as_str().unwrap()),
+            Some(json!({"url": "/size/100"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["instances"].as_array().unwrap().len(), 2);
+    assert!(
+        r["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["status"] == 200),
+        "{r}"
+    );
+    assert_eq!(
+        up.call(
+            &b,
+            "POST",
+            &format!("/v1/services/{}/purge", s2["id"].as_str().unwrap()),
+            Some(json!({"nothing": 1}))
+        )
+        .await
+        .0,
+        422
+    );
+
+    // A host in use cannot be removed.
+    assert_eq!(
+        up.call(OP, "DELETE", "/v1/hosts/marseille-1", None).await.0,
+        409
+    );
+
+    // Metrics.
+    let r = client::request(up.api, "GET", "/metrics", &[], b"", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(
+        r.text()
+            .contains("vcdn_control_services{state=\"active\"} 2"),
+        "{}",
+        r.text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_control_plane_keeps_services_and_adopts_instances() {
+    let mut up = Up::start("control-restart", &[]);
+    let spec = json!({"name": "keep", "origin": up.origin_url(), "hostname": "keep.example", "flavor": "static", "regions": [{"region": "paris"}, {"region": "lyon"}]});
+    let (st, s, _) = up.call(&up.key(), "POST", "/v1/services", Some(spec)).await;
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    let pids = all_pids(&s);
+    assert_eq!(pids.len(), 4);
+
+    // Stop the control plane; one cache dies while it is away.
+    up.stop();
+    for p in &pids {
+        assert!(alive(*p), "caches keep serving without the control plane");
+    }
+    // SAFETY: killing an instance process.
+    unsafe { libc::kill(pids[0] as i32, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(100));
+    up.launch();
+
+    let v = up.service(&id).await;
+    assert_eq!(v["state"], "active", "{v}");
+    let now = all_pids(&v);
+    assert_eq!(now.len(), 4);
+    assert!(!now.contains(&pids[0]), "the dead one is re-created");
+    for p in &pids[1..] {
+        assert!(now.contains(p), "a live instance is adopted, not restarted");
+    }
+    let (_, ev, _) = up
+        .call(OP, "GET", &format!("/v1/services/{id}/events"), None)
+        .await;
+    let text = ev.to_string();
+    assert!(text.contains("3 instances adopted, 1 re-created"), "{text}");
+    // The router is configured again.
+    assert_eq!(resolve(up.dns, "127.2.0.1", "keep.example").len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_ends_the_service() {
+    let up = Up::start("control-lease", &[]);
+    let spec = json!({"name": "brief", "origin": up.origin_url(), "hostname": "brief.example", "flavor": "elastic",
+        "regions": [{"region": "paris", "peak_users": 10}], "lease": {"duration_s": 2}});
+    let (st, s, _) = up.call(&up.key(), "POST", "/v1/services", Some(spec)).await;
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    let pids = all_pids(&s);
+    assert!(
+        eventually(6, || async { up.service(&id).await["state"] == "expired" }).await,
+        "the lease did not end the service"
+    );
+    assert!(pids.iter().all(|p| !alive(*p)));
+    assert!(resolve(up.dns, "127.1.0.1", "brief.example").is_empty());
+    // A lease that starts later is scheduled (202), holding its capacity.
+    let later = json!({"name": "later", "origin": up.origin_url(), "hostname": "later.example", "flavor": "static",
+        "regions": [{"region": "lyon"}], "lease": {"start": 4_000_000_000u64, "duration_s": 60}});
+    let (st, s, _) = up
+        .call(&up.key(), "POST", "/v1/services", Some(later))
+        .await;
+    assert_eq!((st, s["state"].as_str()), (202, Some("scheduled")), "{s}");
+    let hosts = up.call(OP, "GET", "/v1/hosts", None).await.1;
+    let used: u64 = hosts["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["used_vcpus"].as_u64().unwrap())
+        .sum();
+    assert_eq!(used, 2);
+}
+
+/// A throwaway PostgreSQL cluster from Debian's packages, run as the
+/// `postgres` user in a temporary directory.
+struct Postgres {
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl Postgres {
+    fn start() -> Postgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL is installed (scripts/test.sh installs it)")
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .find(|p| p.join("initdb").exists())
+            .expect("initdb in /usr/lib/postgresql/*/bin");
+        let dir = tempdir("control-pg");
+        let data = dir.join("data");
+        let port = free_port();
+        let as_pg = |args: &[&str]| {
+            let out = Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .args(args)
+                .output()
+                .expect("runuser");
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        as_pg(&[
+            bin.join("initdb").to_str().unwrap(),
+            "-D",
+            data.to_str().unwrap(),
+            "--auth=trust",
+            "-U",
+            "postgres",
+        ]);
+        let opts = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1",
+            dir.display()
+        );
+        as_pg(&[
+            bin.join("pg_ctl").to_str().unwrap(),
+            "-D",
+            data.to_str().unwrap(),
+            "-o",
+            &opts,
+            "-l",
+            dir.join("log").to_str().unwrap(),
+            "-w",
+            "start",
+        ]);
+        let out = Command::new(bin.join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "postgres",
+                "-c",
+                "CREATE DATABASE vcdn",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Postgres { dir, bin, port }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .args([
+                "-D",
+                self.dir.join("data").to_str().unwrap(),
+                "-m",
+                "immediate",
+                "stop",
+            ])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_keeps_the_state_across_a_restart() {
+    let pg = Postgres::start();
+    let url = format!("postgresql://postgres@127.0.0.1:{}/vcdn", pg.port);
+    let mut up = Up::start("control-postgres", &["--database-url", &url]);
+    let r = client::request(up.api, "GET", "/healthz", &[], b"", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(r.text().contains("postgresql"), "{}", r.text());
+    let spec = json!({"name": "pg", "origin": up.origin_url(), "hostname": "pg.example", "flavor": "elastic", "regions": [{"region": "lyon", "peak_users": 100}]});
+    let (st, s, _) = up.call(&up.key(), "POST", "/v1/services", Some(spec)).await;
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    up.stop();
+    // A fresh data directory: everything must come from PostgreSQL (the
+    // customer key file is kept so the demo customer stays the same).
+    let key = up.key();
+    let _ = std::fs::remove_file(up.dir.join("vcdn.sqlite"));
+    up.launch();
+    let (st, v, _) = up
+        .call(&key, "GET", &format!("/v1/services/{id}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["state"], "active");
+    let (_, ev, _) = up
+        .call(&key, "GET", &format!("/v1/services/{id}/events"), None)
+        .await;
+    assert!(ev.to_string().contains("reconciled"), "{ev}");
+    assert_eq!(resolve(up.dns, "127.2.0.1", "pg.example").len(), 1);
+    let (st, _, _) = up
+        .call(&key, "DELETE", &format!("/v1/services/{id}"), None)
+        .await;
+    assert_eq!(st, 200);
+}
