@@ -79,6 +79,9 @@ struct Runtime {
     failures: HashMap<String, u32>,
     /// Load per region from the last poll.
     load: HashMap<String, f64>,
+    /// When a region last failed to scale out (recorded once a minute,
+    /// not on every sample while the shortage lasts).
+    scale_failed: HashMap<String, Instant>,
 }
 
 #[derive(Default)]
@@ -972,7 +975,21 @@ impl Control {
                 Decision::Hold => {}
                 Decision::Out(n) => {
                     if let Err(e) = self.scale_out(&s.id, &r.region, n, load).await {
-                        self.event(&s.id, "scale_out_failed", &e.to_string()).await;
+                        let again = {
+                            let mut rt = self.runtime.lock();
+                            let failed = &mut rt.entry(s.id.clone()).or_default().scale_failed;
+                            let again = failed
+                                .get(&r.region)
+                                .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+                            if again {
+                                failed.insert(r.region.clone(), Instant::now());
+                            }
+                            again
+                        };
+                        if again {
+                            self.event(&s.id, "scale_out_failed", &format!("{}: {e}", r.region))
+                                .await;
+                        }
                     }
                 }
                 Decision::In => self.scale_in(&s.id, &r.region, load).await,

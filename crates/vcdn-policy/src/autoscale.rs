@@ -107,7 +107,11 @@ mod tests {
             "a dip resets"
         );
         assert_eq!(a.decide(&mut t, 90.0, 100.0, 1, 1, 8), Decision::Hold);
-        assert_eq!(a.decide(&mut t, 90.0, 100.0, 1, 1, 8), Decision::Out(2));
+        assert_eq!(
+            a.decide(&mut t, 90.0, 100.0, 1, 1, 8),
+            Decision::Out(1),
+            "to 55 % of two"
+        );
     }
 
     #[test]
