@@ -16,10 +16,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Mutex;
 use vcdn_model::capacity::CapacityModel;
-use vcdn_policy::autoscale::{Autoscaler, Decision, Trend};
+use vcdn_policy::autoscale::{Autoscaler, Trend};
 
 use crate::deployer::{self, RouterLink};
-use crate::planner::{self, Fleet, PlanError, PlanInput};
+use crate::planner::{self, PlanError, PlanInput};
 use crate::store::{Store, StoreError};
 use crate::types::*;
 use crate::vim::{InstanceSpec, Vim};
@@ -71,17 +71,17 @@ impl From<PlanError> for ControlError {
 
 /// Supervisor bookkeeping of one service (not stored).
 #[derive(Default)]
-struct Runtime {
-    trends: HashMap<String, Trend>,
+pub(crate) struct Runtime {
+    pub(crate) trends: HashMap<String, Trend>,
     /// Last (requests, bytes) counters seen per instance.
-    counters: HashMap<String, (u64, u64)>,
+    pub(crate) counters: HashMap<String, (u64, u64)>,
     /// Consecutive failed polls per instance.
-    failures: HashMap<String, u32>,
+    pub(crate) failures: HashMap<String, u32>,
     /// Load per region from the last poll.
-    load: HashMap<String, f64>,
+    pub(crate) load: HashMap<String, f64>,
     /// When a region last failed to scale out (recorded once a minute,
     /// not on every sample while the shortage lasts).
-    scale_failed: HashMap<String, Instant>,
+    pub(crate) scale_failed: HashMap<String, Instant>,
 }
 
 #[derive(Default)]
@@ -103,8 +103,8 @@ pub struct Control {
     pub metrics: Metrics,
     /// Token every instance's control API requires (kept in the data dir).
     pub instance_token: String,
-    services: Mutex<BTreeMap<String, Service>>,
-    runtime: parking_lot::Mutex<HashMap<String, Runtime>>,
+    pub(crate) services: Mutex<BTreeMap<String, Service>>,
+    pub(crate) runtime: parking_lot::Mutex<HashMap<String, Runtime>>,
 }
 
 pub fn now_s() -> u64 {
@@ -117,6 +117,19 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Writes a secret (a token, a key) readable by its owner only.
+pub fn write_secret(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(text.as_bytes())
 }
 
 /// Random lowercase hex.
@@ -179,7 +192,7 @@ impl Control {
             Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
             _ => {
                 let t = random_hex(16);
-                std::fs::write(&token_file, &t).map_err(|e| {
+                write_secret(&token_file, &t).map_err(|e| {
                     ControlError::Invalid(format!("cannot write {}: {e}", token_file.display()))
                 })?;
                 t
@@ -244,7 +257,7 @@ impl Control {
     }
 
     /// Starts (or restarts) an instance's process and records its pid.
-    fn launch(&self, s: &Service, i: &mut Instance) -> Result<(), ControlError> {
+    pub(crate) fn launch(&self, s: &Service, i: &mut Instance) -> Result<(), ControlError> {
         let spec = self.instance_spec(s, i)?;
         let started = self
             .vim
@@ -257,7 +270,7 @@ impl Control {
         Ok(())
     }
 
-    async fn persist(&self, s: &Service) {
+    pub(crate) async fn persist(&self, s: &Service) {
         if let Err(e) = self.store.put("service", &s.id, s).await {
             tracing::error!(service = %s.id, error = %e, "cannot store service");
         }
@@ -491,7 +504,7 @@ impl Control {
         self.finish_deploy(&s.id, t0).await
     }
 
-    fn launch_all(&self, s: &mut Service) -> Result<(), ControlError> {
+    pub(crate) fn launch_all(&self, s: &mut Service) -> Result<(), ControlError> {
         let snapshot = s.clone();
         for i in s
             .graph
@@ -505,7 +518,11 @@ impl Control {
     }
 
     /// Waits for every instance, then points the router at them.
-    async fn finish_deploy(&self, id: &str, t0: Instant) -> Result<Service, ControlError> {
+    pub(crate) async fn finish_deploy(
+        &self,
+        id: &str,
+        t0: Instant,
+    ) -> Result<Service, ControlError> {
         let s = self.find(id, None).await?;
         let admins: Vec<(String, String)> = s
             .graph
@@ -517,7 +534,7 @@ impl Control {
         if let Err(e) = deployer::wait_ready(&admins, Duration::from_secs(5)).await {
             return Err(self.fail(id, ControlError::Deploy(e)).await);
         }
-        if let Err(e) = self.cfg.router.put(&s, &self.instance_token).await {
+        if let Err(e) = self.cfg.router.put(&s).await {
             return Err(self.fail(id, ControlError::Deploy(e)).await);
         }
         let mut services = self.services.lock().await;
@@ -561,7 +578,7 @@ impl Control {
     }
 
     /// Marks a deployment failed, frees everything, returns the error.
-    async fn fail(&self, id: &str, e: ControlError) -> ControlError {
+    pub(crate) async fn fail(&self, id: &str, e: ControlError) -> ControlError {
         let msg = e.to_string();
         if let Some(s) = self.end(id, ServiceState::Failed, Some(msg.clone())).await {
             self.event(&s.id, "failed", &msg).await;
@@ -570,7 +587,12 @@ impl Control {
     }
 
     /// Ends a service: state, router, processes. Returns it as it was.
-    async fn end(&self, id: &str, state: ServiceState, error: Option<String>) -> Option<Service> {
+    pub(crate) async fn end(
+        &self,
+        id: &str,
+        state: ServiceState,
+        error: Option<String>,
+    ) -> Option<Service> {
         let mut services = self.services.lock().await;
         let s = services.get_mut(id)?;
         let before = s.clone();
@@ -604,7 +626,7 @@ impl Control {
         Some(before)
     }
 
-    async fn stop_instances(&self, instances: Vec<Instance>) {
+    pub(crate) async fn stop_instances(&self, instances: Vec<Instance>) {
         let vim = self.vim.clone();
         let _ = tokio::task::spawn_blocking(move || {
             std::thread::scope(|sc| {
@@ -664,518 +686,6 @@ impl Control {
         out
     }
 
-    // ---- supervisor steps ----
-
-    /// Replaces crashed instances; returns how many.
-    pub async fn heal(&self) -> usize {
-        let mut healed = Vec::new();
-        {
-            let mut services = self.services.lock().await;
-            for s in services
-                .values_mut()
-                .filter(|s| matches!(s.state, ServiceState::Active | ServiceState::Degraded))
-            {
-                let snapshot = s.clone();
-                for i in s
-                    .graph
-                    .regions
-                    .iter_mut()
-                    .flat_map(|r| r.instances.iter_mut())
-                {
-                    if self.vim.alive(&i.id, i.pid, &i.address) {
-                        continue;
-                    }
-                    let old = i.pid;
-                    let t0 = Instant::now();
-                    match self.launch(&snapshot, i) {
-                        Ok(()) => healed.push((
-                            s.id.clone(),
-                            i.id.clone(),
-                            i.admin.clone(),
-                            old,
-                            i.pid,
-                            t0,
-                        )),
-                        Err(e) => {
-                            tracing::error!(service = %s.id, instance = %i.id, error = %e, "cannot replace instance")
-                        }
-                    }
-                    s.state = ServiceState::Degraded;
-                }
-            }
-        }
-        let n = healed.len();
-        for (sid, iid, admin, old, new, t0) in healed {
-            self.metrics.healed.fetch_add(1, Ordering::Relaxed);
-            let ready = deployer::wait_ready(&[(iid.clone(), admin)], Duration::from_secs(5)).await;
-            let ms = t0.elapsed().as_secs_f64() * 1000.0;
-            self.settle(&sid).await;
-            let detail = match ready {
-                Ok(()) => format!(
-                    "instance {iid} (pid {}) was gone; replaced by pid {} serving after {ms:.1} ms",
-                    fmt_pid(old),
-                    fmt_pid(new)
-                ),
-                Err(e) => format!(
-                    "instance {iid} (pid {}) was gone; replacement not ready: {e}",
-                    fmt_pid(old)
-                ),
-            };
-            self.event(&sid, "healed", &detail).await;
-        }
-        n
-    }
-
-    /// Marks instances that answer as running, and the service active when
-    /// all do.
-    async fn settle(&self, id: &str) {
-        let s = match self.find(id, None).await {
-            Ok(s) => s,
-            Err(_) => return,
-        };
-        let mut ready = HashMap::new();
-        for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
-            ready.insert(
-                i.id.clone(),
-                deployer::wait_ready(
-                    &[(i.id.clone(), i.admin.clone())],
-                    Duration::from_millis(300),
-                )
-                .await
-                .is_ok(),
-            );
-        }
-        let mut services = self.services.lock().await;
-        let Some(s) = services.get_mut(id) else {
-            return;
-        };
-        if !s.state.live() {
-            return;
-        }
-        let mut all = true;
-        for i in s
-            .graph
-            .regions
-            .iter_mut()
-            .flat_map(|r| r.instances.iter_mut())
-        {
-            if ready.get(&i.id).copied().unwrap_or(false) {
-                i.state = InstanceState::Running;
-            } else {
-                all = false;
-            }
-        }
-        if matches!(s.state, ServiceState::Active | ServiceState::Degraded) {
-            s.state = if all {
-                ServiceState::Active
-            } else {
-                ServiceState::Degraded
-            };
-        }
-        let s = s.clone();
-        drop(services);
-        self.persist(&s).await;
-    }
-
-    /// Starts services whose lease began and ends those whose lease is over.
-    pub async fn leases(&self) {
-        let now = now_s();
-        let (due, over): (Vec<String>, Vec<String>) = {
-            let services = self.services.lock().await;
-            (
-                services
-                    .values()
-                    .filter(|s| {
-                        s.state == ServiceState::Scheduled
-                            && s.lease_start <= now
-                            && now < s.lease_end
-                    })
-                    .map(|s| s.id.clone())
-                    .collect(),
-                services
-                    .values()
-                    .filter(|s| s.state.live() && now >= s.lease_end)
-                    .map(|s| s.id.clone())
-                    .collect(),
-            )
-        };
-        for id in over {
-            self.end(&id, ServiceState::Expired, None).await;
-            self.metrics.expired.fetch_add(1, Ordering::Relaxed);
-            self.event(
-                &id,
-                "expired",
-                "lease over: instances stopped, reservation freed",
-            )
-            .await;
-        }
-        for id in due {
-            let t0 = Instant::now();
-            let launched = {
-                let mut services = self.services.lock().await;
-                let Some(s) = services.get_mut(&id) else {
-                    continue;
-                };
-                s.state = ServiceState::Deploying;
-                let r = self.launch_all(s);
-                (s.clone(), r)
-            };
-            self.persist(&launched.0).await;
-            match launched.1 {
-                Ok(()) => {
-                    let _ = self.finish_deploy(&id, t0).await;
-                }
-                Err(e) => {
-                    self.fail(&id, e).await;
-                }
-            }
-        }
-    }
-
-    /// Polls every running instance's statistics: usage, hung instances,
-    /// load. Then scales elastic services. `dt` is the time since the last.
-    pub async fn observe(&self, dt: Duration) {
-        let services: Vec<Service> = self
-            .services
-            .lock()
-            .await
-            .values()
-            .filter(|s| matches!(s.state, ServiceState::Active | ServiceState::Degraded))
-            .cloned()
-            .collect();
-        let auth = format!("Bearer {}", self.instance_token);
-        for s in services {
-            let mut usage = Usage::default();
-            let mut loads: HashMap<String, f64> = HashMap::new();
-            let mut hung = Vec::new();
-            for r in &s.graph.regions {
-                for i in &r.instances {
-                    usage.vcpu_seconds += i.vcpus as f64 * dt.as_secs_f64();
-                    let stats = match i.admin.parse::<SocketAddr>() {
-                        Ok(a) => vcdn_http::client::request(
-                            a,
-                            "GET",
-                            "/stats",
-                            &[("Authorization", &auth)],
-                            b"",
-                            Duration::from_millis(500),
-                        )
-                        .await
-                        .ok()
-                        .filter(|r| r.status() == 200)
-                        .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok()),
-                        Err(_) => None,
-                    };
-                    let mut rt = self.runtime.lock();
-                    let rt = rt.entry(s.id.clone()).or_default();
-                    let Some(v) = stats else {
-                        let f = rt.failures.entry(i.id.clone()).or_default();
-                        *f += 1;
-                        if *f >= 3 && i.state == InstanceState::Running {
-                            hung.push(i.clone());
-                            *f = 0;
-                        }
-                        continue;
-                    };
-                    rt.failures.remove(&i.id);
-                    let requests: u64 = v["requests"]
-                        .as_object()
-                        .map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum());
-                    let bytes = v["body_bytes_sent"].as_u64().unwrap_or(0);
-                    let (lr, lb) = rt
-                        .counters
-                        .insert(i.id.clone(), (requests, bytes))
-                        .unwrap_or((0, 0));
-                    // A restarted instance starts from zero again.
-                    let dr = if requests >= lr {
-                        requests - lr
-                    } else {
-                        requests
-                    };
-                    let db = if bytes >= lb { bytes - lb } else { bytes };
-                    usage.requests += dr;
-                    usage.bytes += db;
-                    let demand = s.spec.regions.iter().find(|d| d.region == r.region);
-                    let load = if demand
-                        .is_some_and(|d| d.peak_users.is_none() && d.requests_per_s.is_some())
-                    {
-                        dr as f64 / dt.as_secs_f64().max(1e-3)
-                    } else {
-                        v["connections_open"].as_f64().unwrap_or(0.0)
-                    };
-                    *loads.entry(r.region.clone()).or_default() += load;
-                }
-            }
-            {
-                let mut rt = self.runtime.lock();
-                rt.entry(s.id.clone()).or_default().load = loads.clone();
-            }
-            {
-                let mut all = self.services.lock().await;
-                if let Some(live) = all.get_mut(&s.id) {
-                    live.usage.vcpu_seconds += usage.vcpu_seconds;
-                    live.usage.requests += usage.requests;
-                    live.usage.bytes += usage.bytes;
-                    let snap = live.clone();
-                    drop(all);
-                    self.persist(&snap).await;
-                }
-            }
-            for i in hung {
-                tracing::warn!(service = %s.id, instance = %i.id, "instance does not answer; restarting it");
-                let vim = self.vim.clone();
-                let (id, pid) = (i.id.clone(), i.pid);
-                let _ = tokio::task::spawn_blocking(move || vim.stop(&id, pid)).await;
-                self.event(
-                    &s.id,
-                    "unresponsive",
-                    &format!(
-                        "instance {} did not answer 3 polls; stopped for replacement",
-                        i.id
-                    ),
-                )
-                .await;
-            }
-            self.autoscale(&s, &loads).await;
-        }
-    }
-
-    async fn autoscale(&self, s: &Service, loads: &HashMap<String, f64>) {
-        let flavors = match self.flavors().await {
-            Ok(f) => f,
-            Err(_) => return,
-        };
-        let Some(flavor) = flavors.iter().find(|f| f.name == s.spec.flavor) else {
-            return;
-        };
-        if !planner::plugin(flavor.kind).autoscaled() {
-            return;
-        }
-        let t = &flavor.template;
-        for r in &s.graph.regions {
-            let load = loads.get(&r.region).copied().unwrap_or(0.0);
-            let decision = {
-                let mut rt = self.runtime.lock();
-                let trend = rt
-                    .entry(s.id.clone())
-                    .or_default()
-                    .trends
-                    .entry(r.region.clone())
-                    .or_default();
-                self.cfg.autoscaler.decide(
-                    trend,
-                    load,
-                    r.per_instance.max(1e-9),
-                    r.instances.len() as u32,
-                    t.min_instances.max(1),
-                    t.max_instances,
-                )
-            };
-            match decision {
-                Decision::Hold => {}
-                Decision::Out(n) => {
-                    if let Err(e) = self.scale_out(&s.id, &r.region, n, load).await {
-                        let again = {
-                            let mut rt = self.runtime.lock();
-                            let failed = &mut rt.entry(s.id.clone()).or_default().scale_failed;
-                            let again = failed
-                                .get(&r.region)
-                                .is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
-                            if again {
-                                failed.insert(r.region.clone(), Instant::now());
-                            }
-                            again
-                        };
-                        if again {
-                            self.event(&s.id, "scale_out_failed", &format!("{}: {e}", r.region))
-                                .await;
-                        }
-                    }
-                }
-                Decision::In => self.scale_in(&s.id, &r.region, load).await,
-            }
-        }
-    }
-
-    async fn scale_out(
-        &self,
-        id: &str,
-        region: &str,
-        n: u32,
-        load: f64,
-    ) -> Result<(), ControlError> {
-        let t0 = Instant::now();
-        let regions = self.regions().await?;
-        let hosts = self.hosts().await?;
-        let flavors = self.flavors().await?;
-        let mut services = self.services.lock().await;
-        let all: Vec<Service> = services.values().cloned().collect();
-        let s = services
-            .get_mut(id)
-            .ok_or_else(|| ControlError::NotFound(id.into()))?;
-        let flavor = flavors
-            .iter()
-            .find(|f| f.name == s.spec.flavor)
-            .ok_or_else(|| ControlError::NotFound(s.spec.flavor.clone()))?;
-        let reg = regions
-            .iter()
-            .find(|r| r.name == region)
-            .ok_or_else(|| ControlError::NotFound(region.into()))?;
-        let fleet = Fleet {
-            hosts: &hosts,
-            services: &all,
-            instance_port: self.cfg.instance_port,
-            admin_port: self.cfg.admin_port,
-        };
-        let mut added = planner::place_more(
-            &fleet,
-            reg,
-            &flavor.template,
-            n,
-            &mut || format!("i-{}", random_hex(5)),
-            now_s(),
-        )?;
-        let snapshot = s.clone();
-        for i in &mut added {
-            self.launch(&snapshot, i)?;
-        }
-        let rg = s
-            .graph
-            .regions
-            .iter_mut()
-            .find(|r| r.region == region)
-            .ok_or_else(|| ControlError::NotFound(region.into()))?;
-        let before = rg.instances.len();
-        rg.instances.extend(added.iter().cloned());
-        let after = rg.instances.len();
-        let snap = s.clone();
-        drop(services);
-        self.persist(&snap).await;
-        let admins: Vec<(String, String)> = added
-            .iter()
-            .map(|i| (i.id.clone(), i.admin.clone()))
-            .collect();
-        deployer::wait_ready(&admins, Duration::from_secs(5))
-            .await
-            .map_err(ControlError::Deploy)?;
-        self.settle(id).await;
-        let s = self.find(id, None).await?;
-        self.cfg
-            .router
-            .put(&s, &self.instance_token)
-            .await
-            .map_err(ControlError::Deploy)?;
-        self.metrics.scaled_out.fetch_add(1, Ordering::Relaxed);
-        self.event(id, "scaled_out", &format!("{region}: {before} -> {after} instances at load {load:.0} (each carries {:.0}); serving after {:.1} ms", snap.graph.regions.iter().find(|r| r.region == region).map_or(0.0, |r| r.per_instance), t0.elapsed().as_secs_f64() * 1000.0)).await;
-        Ok(())
-    }
-
-    async fn scale_in(&self, id: &str, region: &str, load: f64) {
-        let (removed, snap, before) = {
-            let mut services = self.services.lock().await;
-            let Some(s) = services.get_mut(id) else {
-                return;
-            };
-            let Some(rg) = s.graph.regions.iter_mut().find(|r| r.region == region) else {
-                return;
-            };
-            let before = rg.instances.len();
-            let Some(i) = rg.instances.pop() else { return };
-            (i, s.clone(), before)
-        };
-        self.persist(&snap).await;
-        // The router first, so no user is sent to an instance going away.
-        if let Err(e) = self.cfg.router.put(&snap, &self.instance_token).await {
-            tracing::warn!(service = id, error = %e, "router update failed");
-        }
-        self.stop_instances(vec![removed.clone()]).await;
-        if let Some(rt) = self.runtime.lock().get_mut(id) {
-            rt.counters.remove(&removed.id);
-        }
-        self.metrics.scaled_in.fetch_add(1, Ordering::Relaxed);
-        self.event(
-            id,
-            "scaled_in",
-            &format!(
-                "{region}: {before} -> {} instances at load {load:.0}",
-                before - 1
-            ),
-        )
-        .await;
-    }
-
-    /// After a restart: adopt instances that still run and answer, start
-    /// the others again, and give the router every live service.
-    pub async fn reconcile(&self) {
-        let ids: Vec<String> = self
-            .services
-            .lock()
-            .await
-            .values()
-            .filter(|s| {
-                matches!(
-                    s.state,
-                    ServiceState::Active | ServiceState::Degraded | ServiceState::Deploying
-                )
-            })
-            .map(|s| s.id.clone())
-            .collect();
-        for id in ids {
-            let s = match self.find(&id, None).await {
-                Ok(s) => s,
-                Err(_) => continue,
-            };
-            let mut adopted = 0;
-            let mut recreated = Vec::new();
-            for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
-                let answers = deployer::wait_ready(
-                    &[(i.id.clone(), i.admin.clone())],
-                    Duration::from_millis(300),
-                )
-                .await
-                .is_ok();
-                if self.vim.alive(&i.id, i.pid, &i.address) && answers {
-                    adopted += 1;
-                } else {
-                    recreated.push(i.id.clone());
-                }
-            }
-            {
-                let mut services = self.services.lock().await;
-                if let Some(live) = services.get_mut(&id) {
-                    let snapshot = live.clone();
-                    for i in live
-                        .graph
-                        .regions
-                        .iter_mut()
-                        .flat_map(|r| r.instances.iter_mut())
-                    {
-                        if recreated.contains(&i.id) {
-                            if let Some(pid) = i.pid {
-                                self.vim.stop(&i.id, Some(pid));
-                            }
-                            if let Err(e) = self.launch(&snapshot, i) {
-                                tracing::error!(instance = %i.id, error = %e, "cannot re-create instance");
-                            }
-                        }
-                    }
-                    if live.state == ServiceState::Deploying {
-                        live.state = ServiceState::Degraded;
-                    }
-                }
-            }
-            self.settle(&id).await;
-            let s = match self.find(&id, None).await {
-                Ok(s) => s,
-                Err(_) => continue,
-            };
-            if let Err(e) = self.cfg.router.put(&s, &self.instance_token).await {
-                tracing::error!(service = %id, error = %e, "cannot configure the router");
-            }
-            self.event(&id, "reconciled", &format!("control plane restarted: {adopted} instances adopted, {} re-created, router configured", recreated.len())).await;
-        }
-    }
-
     /// The supervisor's view of a service's load per region.
     pub fn load(&self, id: &str) -> HashMap<String, f64> {
         self.runtime
@@ -1196,6 +706,6 @@ impl Control {
     }
 }
 
-fn fmt_pid(p: Option<u32>) -> String {
+pub(crate) fn fmt_pid(p: Option<u32>) -> String {
     p.map_or("-".into(), |p| p.to_string())
 }

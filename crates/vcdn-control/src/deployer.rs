@@ -43,7 +43,7 @@ impl RouterLink {
     }
 
     /// Gives the router the service with its current instances.
-    pub async fn put(&self, s: &Service, _instance_token: &str) -> Result<(), String> {
+    pub async fn put(&self, s: &Service) -> Result<(), String> {
         let cfg = router_service(s);
         let body = serde_json::to_vec(&cfg).expect("router config serializes");
         self.call("PUT", &format!("/services/{}", s.id), &body)

@@ -71,7 +71,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
                 Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
                 _ => {
                     let t = format!("op_{}", control::random_hex(16));
-                    std::fs::write(&f, &t)
+                    control::write_secret(&f, &t)
                         .map_err(|e| format!("cannot write {}: {e}", f.display()))?;
                     t
                 }

@@ -154,6 +154,7 @@ async fn demo_customer(up: &vcdn_control::Up, dir: &std::path::Path) -> Result<S
         .as_str()
         .ok_or_else(|| format!("cannot make the demo customer: {}", r.text()))?
         .to_string();
-    std::fs::write(&f, &key).map_err(|e| format!("cannot write {}: {e}", f.display()))?;
+    vcdn_control::control::write_secret(&f, &key)
+        .map_err(|e| format!("cannot write {}: {e}", f.display()))?;
     Ok(key)
 }
