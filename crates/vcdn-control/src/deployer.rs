@@ -50,6 +50,35 @@ impl RouterLink {
             .await
     }
 
+    /// The services the router has now.
+    pub async fn list(&self) -> Result<Vec<ServiceConfig>, String> {
+        let auth = format!("Bearer {}", self.token);
+        let r = vcdn_http::client::request(
+            self.admin,
+            "GET",
+            "/services",
+            &[("Authorization", &auth)],
+            b"",
+            Duration::from_secs(2),
+        )
+        .await
+        .map_err(|e| format!("router admin API: {e}"))?;
+        if r.status() != 200 {
+            return Err(format!(
+                "router admin API answered {}: {}",
+                r.status(),
+                r.text().trim()
+            ));
+        }
+        #[derive(serde::Deserialize)]
+        struct List {
+            services: Vec<ServiceConfig>,
+        }
+        serde_json::from_slice::<List>(&r.body)
+            .map(|l| l.services)
+            .map_err(|e| format!("router admin API: {e}"))
+    }
+
     pub async fn delete(&self, id: &str) -> Result<(), String> {
         self.call("DELETE", &format!("/services/{id}"), b"").await
     }

@@ -1,6 +1,7 @@
 //! The supervisor (the paper's instance manager): every tick it replaces
 //! crashed instances; every ten ticks it starts and ends leases, reads
-//! every instance's load and usage, and scales elastic services.
+//! every instance's load and usage, and scales elastic services; every
+//! hundred ticks it makes the router's services match the store's.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -29,11 +30,49 @@ pub async fn run(c: Arc<Control>) {
             last = Instant::now();
             c.observe(dt).await;
         }
+        if n.is_multiple_of(100) {
+            c.reconcile_router().await;
+        }
         n += 1;
     }
 }
 
 impl Control {
+    /// Desired state (the store's live services) against actual state (the
+    /// router's services): puts what differs or is missing, drops what
+    /// should not be there.
+    pub async fn reconcile_router(&self) {
+        let actual = match self.cfg.router.list().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the router's services");
+                return;
+            }
+        };
+        let desired: Vec<Service> = self
+            .list_services(None)
+            .await
+            .into_iter()
+            .filter(|s| matches!(s.state, ServiceState::Active | ServiceState::Degraded))
+            .collect();
+        for s in &desired {
+            let want = deployer::router_service(s);
+            if !actual.iter().any(|a| *a == want) {
+                tracing::warn!(service = %s.id, "router out of date; re-applying");
+                if let Err(e) = self.cfg.router.put(s).await {
+                    tracing::error!(service = %s.id, error = %e, "cannot configure the router");
+                }
+            }
+        }
+        for a in actual
+            .iter()
+            .filter(|a| !desired.iter().any(|s| s.id == a.name))
+        {
+            tracing::warn!(service = %a.name, "router has a service that is not live; removing");
+            let _ = self.cfg.router.delete(&a.name).await;
+        }
+    }
+
     /// Replaces crashed instances; returns how many.
     pub async fn heal(&self) -> usize {
         let mut healed = Vec::new();
