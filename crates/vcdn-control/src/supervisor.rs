@@ -57,7 +57,7 @@ impl Control {
             .collect();
         for s in &desired {
             let want = deployer::router_service(s);
-            if !actual.iter().any(|a| *a == want) {
+            if !actual.contains(&want) {
                 tracing::warn!(service = %s.id, "router out of date; re-applying");
                 if let Err(e) = self.cfg.router.put(s).await {
                     tracing::error!(service = %s.id, error = %e, "cannot configure the router");
