@@ -258,6 +258,26 @@ fn all_pids(v: &Value) -> Vec<u64> {
         .collect()
 }
 
+/// X-Cache of two GETs of the same object through one cache.
+async fn two_gets(cache: SocketAddr) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        let r = client::request(cache, "GET", "/size/4096", &[], b"", Duration::from_secs(5))
+            .await
+            .expect("cache answers");
+        assert_eq!(r.status(), 200);
+        out.push(
+            r.header("x-cache")
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        );
+    }
+    out
+}
+
 /// `dig +short` from a source address: the A records.
 fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
     let out = Command::new("dig")
@@ -360,6 +380,10 @@ async fn order_route_fetch_heal_scale_and_delete_a_vcdn() {
         first.header("x-cache")
     );
     assert!(get().await.header("x-cache").unwrap().starts_with("HIT"));
+    // And through the Lyon cache, which has its own copy.
+    let lyon_cache: SocketAddr = format!("{}:{}", lyon[0], up.instance_port).parse().unwrap();
+    let statuses: Vec<String> = two_gets(lyon_cache).await;
+    assert_eq!(statuses, ["MISS", "HIT"], "lyon cache");
 
     // Kill the Paris cache: replaced (same address) and serving within 2 s.
     let victim = instances(&s, "paris")[0]["pid"].as_u64().unwrap();
