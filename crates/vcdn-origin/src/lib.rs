@@ -12,13 +12,18 @@
 //!   pieces of B bytes every M ms (K=0: endless, a live stream).
 //! - `POST|PUT|DELETE /echo`: echoes the body, `no-store`; the same
 //!   methods on `/size/N` answer 200 `updated`.
+//! - `GET /dash/vod/{title}/manifest.mpd`, `GET /dash/live/{channel}/manifest.mpd`
+//!   and their segments: synthetic DASH with the CDNaaS paper's segment
+//!   sizes (see [`dash`]).
+//! - `GET /dynamic?size=N`: N bytes generated per request, `no-store` (the
+//!   dynamic, non-cacheable content of a site).
 //! - `GET /_origin/requests`: requests served per path, as JSON.
 //! - `GET /healthz`, `GET /metrics`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -34,14 +39,40 @@ const MAX_SIZE: u64 = 16 << 30;
 /// Distinct paths counted (beyond that, counted as "other").
 const MAX_PATHS: usize = 10_000;
 
-#[derive(Default)]
+pub mod dash;
+
 pub struct Origin {
     requests: AtomicU64,
     bytes: AtomicU64,
     per_path: Mutex<HashMap<String, u64>>,
+    /// Seed of the synthetic DASH segment sizes.
+    seed: u64,
+    /// When live channels started (Unix seconds).
+    started: u64,
+    /// Responses of `/dynamic` so far (each one is different).
+    generated: AtomicU64,
+}
+
+impl Default for Origin {
+    fn default() -> Self {
+        Origin::new(1)
+    }
 }
 
 impl Origin {
+    pub fn new(seed: u64) -> Origin {
+        Origin {
+            requests: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            per_path: Mutex::new(HashMap::new()),
+            seed,
+            started: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            generated: AtomicU64::new(0),
+        }
+    }
+
     fn count(&self, path: &str) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let mut m = self.per_path.lock();
@@ -60,8 +91,12 @@ impl Origin {
 
 /// Serve the demo origin on a listener until the runtime ends.
 pub async fn run(listener: TcpListener) {
-    let origin = Arc::new(Origin::default());
-    serve(listener, ServeConfig::default(), handler(origin)).await;
+    run_with(listener, Origin::default()).await;
+}
+
+/// Serve `origin` (e.g. with a chosen seed) on a listener.
+pub async fn run_with(listener: TcpListener, origin: Origin) {
+    serve(listener, ServeConfig::default(), handler(Arc::new(origin))).await;
 }
 
 pub fn handler(origin: Arc<Origin>) -> Handler {
@@ -149,6 +184,21 @@ async fn route(origin: &Origin, req: Request) -> Response {
             }
         }
         (Method::Get, "/stream") => stream(&q),
+        (Method::Get | Method::Head, p) if p.starts_with("/dash/") => dash_route(origin, p, &q),
+        (Method::Get | Method::Head, "/dynamic") => {
+            let n = num("size").unwrap_or(1024);
+            if n > 16 << 20 {
+                return Response::problem(400, "size must be at most 16 MiB");
+            }
+            let k = origin.generated.fetch_add(1, Ordering::Relaxed);
+            let mut body = format!("generated {k} ").into_bytes();
+            body.resize(n as usize, b'.');
+            body.truncate(n as usize);
+            origin.bytes.fetch_add(n, Ordering::Relaxed);
+            Response::new(200, "application/octet-stream", body)
+                .header("Cache-Control", "private, no-store")
+                .header("X-Generated", k.to_string())
+        }
         // Writes to an object succeed (and are not cacheable), so a cache's
         // invalidation on unsafe methods can be seen.
         (Method::Post | Method::Put | Method::Delete, p) if p.starts_with("/size/") => {
@@ -161,7 +211,7 @@ async fn route(origin: &Origin, req: Request) -> Response {
         (Method::Get | Method::Head, "/") => Response::new(
             200,
             "text/plain; charset=utf-8",
-            "vcdn demo origin\n  /size/N            N cacheable bytes\n  /stream?chunks=K&interval_ms=M&size=B   a chunked stream (K=0: endless)\n  /echo               echoes a POST body\n  /_origin/requests   requests per path\n",
+            "vcdn demo origin\n  /size/N            N cacheable bytes\n  /dash/vod/TITLE/manifest.mpd   a DASH title (segment sizes of the CDNaaS paper's Table II)\n  /dash/live/CHANNEL/manifest.mpd   a live DASH channel\n  /dynamic?size=N     N bytes made per request, not cacheable\n  /stream?chunks=K&interval_ms=M&size=B   a chunked stream (K=0: endless)\n  /echo               echoes a POST body\n  /_origin/requests   requests per path\n",
         )
         .header("Cache-Control", "public, max-age=60"),
         _ => Response::problem(404, "no such object on the demo origin; see /"),
@@ -257,6 +307,100 @@ fn sized(origin: &Origin, req: &Request, q: &HashMap<String, String>, n: u64) ->
     });
     r.content_length = (!chunked).then_some(n);
     r
+}
+
+fn dash_route(origin: &Origin, path: &str, q: &HashMap<String, String>) -> Response {
+    let parts: Vec<&str> = path.trim_start_matches("/dash/").split('/').collect();
+    let (kind, name, rest) = match parts.as_slice() {
+        [k @ ("vod" | "live"), n, rest @ ..] if dash::valid_name(n) => (*k, *n, rest),
+        _ => {
+            return Response::problem(
+                404,
+                "use /dash/vod/TITLE/manifest.mpd or /dash/live/CHANNEL/manifest.mpd",
+            )
+        }
+    };
+    let live = kind == "live";
+    match rest {
+        ["manifest.mpd"] => {
+            let mpd = if live {
+                dash::live_mpd(origin.started, SystemTime::now())
+            } else {
+                let d = q
+                    .get("duration_s")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(dash::DEFAULT_DURATION_S);
+                if !(1..=86_400).contains(&d) {
+                    return Response::problem(400, "duration_s must be 1 to 86400");
+                }
+                dash::vod_mpd(d)
+            };
+            Response::new(200, "application/dash+xml", mpd).header(
+                "Cache-Control",
+                if live {
+                    "public, max-age=1"
+                } else {
+                    "public, max-age=3600"
+                },
+            )
+        }
+        [rep, file] => {
+            let Some(r) = dash::representation(rep) else {
+                return Response::problem(404, "representations are low and high");
+            };
+            let (size, ct) = if *file == "init.mp4" {
+                (dash::INIT_BYTES, "video/mp4")
+            } else {
+                let Some(n) = file
+                    .strip_suffix(".m4s")
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .filter(|n| (1..=43_200).contains(n))
+                else {
+                    return Response::problem(404, "segments are N.m4s with N from 1");
+                };
+                if live {
+                    match dash::live_available(origin.started, n, SystemTime::now()) {
+                        Ok(()) => {}
+                        Err(dash::LiveError::Future(d)) => {
+                            return Response::problem(
+                                404,
+                                &format!("live segment {n} is available in {} ms", d.as_millis()),
+                            )
+                        }
+                        Err(dash::LiveError::Gone) => {
+                            return Response::problem(
+                                410,
+                                &format!(
+                                    "live segment {n} left the {} s time-shift window",
+                                    dash::TIME_SHIFT_S
+                                ),
+                            )
+                        }
+                    }
+                }
+                (
+                    dash::segment_size(origin.seed, name, r, n),
+                    "video/iso.segment",
+                )
+            };
+            origin.bytes.fetch_add(size, Ordering::Relaxed);
+            Response::new(200, ct, synth(0, size as usize))
+                .header(
+                    "Cache-Control",
+                    if live {
+                        "public, max-age=30"
+                    } else {
+                        "public, max-age=86400"
+                    },
+                )
+                .header(
+                    "ETag",
+                    format!("\"{}-{}-{}-{size}\"", origin.seed, r.id, file),
+                )
+                .header("Last-Modified", LAST_MODIFIED)
+        }
+        _ => Response::problem(404, "no such DASH resource; start from manifest.mpd"),
+    }
 }
 
 fn stream(q: &HashMap<String, String>) -> Response {

@@ -52,6 +52,9 @@ enum Cmd {
     Origin {
         #[arg(long, default_value = "127.0.0.1:9000", env = "VCDN_ORIGIN_LISTEN")]
         listen: SocketAddr,
+        /// Seed of the synthetic DASH segment sizes.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// Start a demo origin and a cache in front of it, and show how to try them.
     Demo {
@@ -181,7 +184,7 @@ fn main() -> ExitCode {
             ..
         }) => run_ctl(c),
         Cmd::Cache(CacheCmd { run, .. }) => run_cache(run),
-        Cmd::Origin { listen } => run_origin(listen),
+        Cmd::Origin { listen, seed } => run_origin(listen, seed),
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
         Cmd::Service(a) => service_cmd::run_service(a),
@@ -276,14 +279,14 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start runtime: {e}"))
 }
 
-fn run_origin(listen: SocketAddr) -> Result<(), String> {
+fn run_origin(listen: SocketAddr, seed: u64) -> Result<(), String> {
     runtime()?.block_on(async {
         let l = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let addr = l.local_addr().map_err(|e| e.to_string())?;
         println!("vcdn origin listening on http://{addr}");
-        vcdn_origin::run(l).await;
+        vcdn_origin::run_with(l, vcdn_origin::Origin::new(seed)).await;
         Ok(())
     })
 }
