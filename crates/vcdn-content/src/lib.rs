@@ -10,7 +10,9 @@
 //! * [`name`]: [`ChunkName`] (video, chunk index, quality, duration) ↔ [`ChunkId`], with the
 //!   fixed bit layout;
 //! * [`address`]: a producer's /64 [`ContentPrefix`] + [`ChunkId`] ↔ IPv6 address;
-//! * [`template`]: DASH segment URL paths ↔ [`ChunkName`] through a [`SegmentTemplate`].
+//! * [`template`]: DASH segment URL paths ↔ [`ChunkName`] through a [`SegmentTemplate`];
+//! * [`mpd`]: DASH manifests read as a player needs them (representations, and the URL, start
+//!   and length of every segment), for the player emulator.
 //!
 //! [`content_id`] is what the admission filter keys on for any request path, chunk or not;
 //! [`describe`] is the human form of a chunk name, as `vcdn name decode` prints it.
@@ -43,6 +45,7 @@
 use std::fmt::Write as _;
 
 pub mod address;
+pub mod mpd;
 pub mod name;
 pub mod template;
 
