@@ -12,6 +12,7 @@ use vcdn_cache::CacheConfig;
 
 mod model_cmd;
 mod name_cmd;
+mod player_cmd;
 mod router_cmd;
 mod service_cmd;
 mod up_cmd;
@@ -38,6 +39,8 @@ enum Cmd {
     Service(service_cmd::ServiceArgs),
     /// Manage customers and their API keys (operator).
     Customer(service_cmd::CustomerArgs),
+    /// Play DASH sessions against a server and score them (start-up, stalls, MOS).
+    Player(player_cmd::PlayerArgs),
     /// Run an edge cache in front of an origin or a parent cache.
     Cache(CacheCmd),
     /// Run the request router: geo-DNS, HTTP routing, admission filters.
@@ -187,6 +190,7 @@ fn main() -> ExitCode {
         Cmd::Origin { listen, seed } => run_origin(listen, seed),
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
+        Cmd::Player(a) => player_cmd::run(a),
         Cmd::Service(a) => service_cmd::run_service(a),
         Cmd::Customer(a) => service_cmd::run_customer(a),
         Cmd::Name(c) => name_cmd::run(c),

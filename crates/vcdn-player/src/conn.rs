@@ -1,0 +1,205 @@
+//! A keep-alive HTTP/1.1 GET client for players: one TCP connection, one
+//! request at a time, the body counted (and kept only when asked, for the
+//! MPD), every wait bounded.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use vcdn_http::chunked::{ChunkedDecoder, Decoded};
+use vcdn_http::request::Limits;
+use vcdn_http::response::{parse_response, ResponseFraming};
+
+/// Largest body kept in memory (an MPD).
+const MAX_KEEP: usize = vcdn_content::mpd::MAX_MPD_BYTES;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("connect to {0}: {1}")]
+    Connect(SocketAddr, std::io::Error),
+    #[error("{0}: no answer within {1:?}")]
+    Timeout(String, Duration),
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("{0}: {1}")]
+    Invalid(String, String),
+    #[error("{0}: HTTP {1}")]
+    Status(String, u16),
+}
+
+pub struct Fetched {
+    pub status: u16,
+    pub bytes: u64,
+    pub body: Option<Bytes>,
+}
+
+pub struct Conn {
+    addr: SocketAddr,
+    stream: Option<TcpStream>,
+    buf: BytesMut,
+}
+
+impl Conn {
+    pub fn new(addr: SocketAddr) -> Conn {
+        Conn {
+            addr,
+            stream: None,
+            buf: BytesMut::with_capacity(16 * 1024),
+        }
+    }
+
+    /// GET `path`; a 2xx body is read to its end. A connection that the
+    /// server closed between requests is reopened once.
+    pub async fn get(
+        &mut self,
+        path: &str,
+        keep_body: bool,
+        timeout: Duration,
+    ) -> Result<Fetched, FetchError> {
+        match tokio::time::timeout(timeout, self.get_inner(path, keep_body, true)).await {
+            Ok(r) => {
+                if r.is_err() {
+                    self.stream = None;
+                }
+                r
+            }
+            Err(_) => {
+                self.stream = None;
+                Err(FetchError::Timeout(path.to_string(), timeout))
+            }
+        }
+    }
+
+    async fn get_inner(
+        &mut self,
+        path: &str,
+        keep_body: bool,
+        may_retry: bool,
+    ) -> Result<Fetched, FetchError> {
+        let io = |e| FetchError::Io(path.to_string(), e);
+        let reused = self.stream.is_some();
+        if self.stream.is_none() {
+            let s = TcpStream::connect(self.addr)
+                .await
+                .map_err(|e| FetchError::Connect(self.addr, e))?;
+            let _ = s.set_nodelay(true);
+            self.stream = Some(s);
+            self.buf.clear();
+        }
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: vcdn-player\r\n\r\n",
+            self.addr
+        );
+        let stream = self.stream.as_mut().expect("connected");
+        if let Err(e) = stream.write_all(req.as_bytes()).await {
+            self.stream = None;
+            return if reused && may_retry {
+                Box::pin(self.get_inner(path, keep_body, false)).await
+            } else {
+                Err(io(e))
+            };
+        }
+        let limits = Limits::default();
+        let (head, n) = loop {
+            if let Some(h) = parse_response(&self.buf.clone().freeze(), &limits)
+                .map_err(|e| FetchError::Invalid(path.to_string(), e.to_string()))?
+            {
+                break h;
+            }
+            let stream = self.stream.as_mut().expect("connected");
+            let got = stream.read_buf(&mut self.buf).await.map_err(io)?;
+            if got == 0 {
+                self.stream = None;
+                if reused && may_retry && self.buf.is_empty() {
+                    return Box::pin(self.get_inner(path, keep_body, false)).await;
+                }
+                return Err(FetchError::Invalid(
+                    path.to_string(),
+                    "connection closed before a response".into(),
+                ));
+            }
+        };
+        let _ = self.buf.split_to(n);
+        let framing = head
+            .framing(false)
+            .map_err(|e| FetchError::Invalid(path.to_string(), e.to_string()))?;
+        let keep = keep_body && (200..300).contains(&head.status);
+        let mut body = BytesMut::new();
+        let mut total = 0u64;
+        let stream = self.stream.as_mut().expect("connected");
+        match framing {
+            ResponseFraming::Empty => {}
+            ResponseFraming::Length(len) => {
+                let mut left = len;
+                loop {
+                    let take = (self.buf.len() as u64).min(left) as usize;
+                    let chunk = self.buf.split_to(take);
+                    left -= take as u64;
+                    total += take as u64;
+                    if keep && body.len() + chunk.len() <= MAX_KEEP {
+                        body.extend_from_slice(&chunk);
+                    }
+                    if left == 0 {
+                        break;
+                    }
+                    if stream.read_buf(&mut self.buf).await.map_err(io)? == 0 {
+                        self.stream = None;
+                        return Err(FetchError::Invalid(
+                            path.to_string(),
+                            "body ended early".into(),
+                        ));
+                    }
+                }
+            }
+            ResponseFraming::Chunked => {
+                let mut dec = ChunkedDecoder::new();
+                loop {
+                    match dec
+                        .decode(&mut self.buf)
+                        .map_err(|e| FetchError::Invalid(path.to_string(), e.to_string()))?
+                    {
+                        Decoded::Data(d) => {
+                            total += d.len() as u64;
+                            if keep && body.len() + d.len() <= MAX_KEEP {
+                                body.extend_from_slice(&d);
+                            }
+                        }
+                        Decoded::Done => break,
+                        Decoded::NeedMore => {
+                            if stream.read_buf(&mut self.buf).await.map_err(io)? == 0 {
+                                self.stream = None;
+                                return Err(FetchError::Invalid(
+                                    path.to_string(),
+                                    "chunked body ended early".into(),
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+            ResponseFraming::UntilClose => {
+                loop {
+                    total += self.buf.len() as u64;
+                    let chunk = self.buf.split();
+                    if keep && body.len() + chunk.len() <= MAX_KEEP {
+                        body.extend_from_slice(&chunk);
+                    }
+                    if stream.read_buf(&mut self.buf).await.map_err(io)? == 0 {
+                        break;
+                    }
+                }
+                self.stream = None;
+            }
+        }
+        if !head.keep_alive() {
+            self.stream = None;
+        }
+        Ok(Fetched {
+            status: head.status,
+            bytes: total,
+            body: keep.then(|| body.freeze()),
+        })
+    }
+}

@@ -1,0 +1,577 @@
+//! vcdn's DASH player emulator (CDNaaS paper §IV-D: many paced video
+//! sessions against a server, each scored as a viewer would see it).
+//!
+//! Each session fetches the MPD, picks a representation (fixed, or by
+//! throughput), fetches the initialization segment and then segments on an
+//! **open-loop schedule**: segment `i` is requested at `(i − ahead)·d` after
+//! the session began, whatever happened to earlier requests (a late
+//! response does not delay the next request: up to `max_connections`
+//! requests of a session run at once), so the offered load does not fall
+//! when the server slows, as with wrk2. A [`playback::Playback`] turns
+//! arrivals into start-up delay and stalls, and `vcdn_model::qoe` turns
+//! those into a MOS per 16 s window and per session.
+//!
+//! Live (dynamic) MPDs are not played yet.
+
+pub mod conn;
+pub mod playback;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{mpsc, Mutex};
+use vcdn_content::mpd::{self, Manifest, Representation};
+use vcdn_model::qoe::SessionMos;
+
+use crate::conn::{Conn, FetchError};
+use crate::playback::Playback;
+
+/// Which representation sessions play.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Quality {
+    Highest,
+    Lowest,
+    /// By position in increasing bandwidth.
+    Index(usize),
+    /// The highest whose bandwidth is under 80 % of the measured
+    /// throughput (a rate-based adaptation).
+    Adaptive,
+}
+
+#[derive(Debug, Clone)]
+pub struct PlayerOptions {
+    /// `http://host:port/path/manifest.mpd`
+    pub url: String,
+    pub sessions: usize,
+    pub duration: Duration,
+    /// Sessions start evenly over this time.
+    pub ramp: Duration,
+    pub quality: Quality,
+    /// Segments requested ahead of playback.
+    pub ahead: u64,
+    /// Requests of one session in flight at most.
+    pub max_connections: usize,
+    pub request_timeout: Duration,
+    /// Frame rate for the picture-quality model.
+    pub frame_rate: f64,
+    /// Print progress to stderr every second.
+    pub progress: bool,
+}
+
+impl Default for PlayerOptions {
+    fn default() -> Self {
+        PlayerOptions {
+            url: String::new(),
+            sessions: 1,
+            duration: Duration::from_secs(30),
+            ramp: Duration::from_secs(1),
+            quality: Quality::Highest,
+            ahead: 3,
+            max_connections: 4,
+            request_timeout: Duration::from_secs(10),
+            frame_rate: 25.0,
+            progress: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionReport {
+    pub id: usize,
+    /// Representation ids played, in order of first use.
+    pub representations: Vec<String>,
+    pub startup_delay_s: Option<f64>,
+    pub stalls: usize,
+    pub stall_s: f64,
+    pub failed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// MOS of every 16 s window.
+    pub windows: Vec<f64>,
+    /// The session's MOS (recency-weighted over its windows).
+    pub mos: f64,
+    pub requests: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub sessions: usize,
+    pub started: usize,
+    pub failed: usize,
+    pub mean_mos: f64,
+    /// 5th percentile of session MOS.
+    pub p5_mos: f64,
+    pub stalls: usize,
+    pub stalls_per_minute: f64,
+    pub mean_startup_delay_s: f64,
+    pub p95_startup_delay_s: f64,
+    pub requests: u64,
+    pub errors: u64,
+    pub bytes: u64,
+    pub requests_per_s: f64,
+    pub mbit_per_s: f64,
+    /// Segment response time from its scheduled send time (so a slow
+    /// server is not hidden by late sends), ms.
+    pub latency_ms: Percentiles,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub url: String,
+    pub duration_s: f64,
+    pub summary: Summary,
+    pub per_session: Vec<SessionReport>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlayerError {
+    #[error("{0}")]
+    Url(String),
+    #[error("the manifest: {0}")]
+    Manifest(String),
+}
+
+/// Counters the progress line reads.
+#[derive(Default)]
+struct Live {
+    running: AtomicU64,
+    playing: AtomicU64,
+    stalled: AtomicU64,
+    failed: AtomicU64,
+    requests: AtomicU64,
+    errors: AtomicU64,
+    bytes: AtomicU64,
+}
+
+struct Target {
+    addr: SocketAddr,
+    /// Directory of the MPD (ends with `/`), for relative segment URLs.
+    dir: String,
+    path: String,
+}
+
+async fn target(url: &str) -> Result<Target, PlayerError> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| PlayerError::Url(format!("{url}: give an http:// URL")))?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let hostport = if authority.contains(':') {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = tokio::net::lookup_host(&hostport)
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| PlayerError::Url(format!("cannot resolve {authority}")))?;
+    let no_query = path.split('?').next().unwrap_or("/");
+    let dir = no_query[..=no_query.rfind('/').unwrap_or(0)].to_string();
+    Ok(Target {
+        addr,
+        dir,
+        path: path.to_string(),
+    })
+}
+
+/// The path to request for a manifest URL (relative to the MPD).
+fn path_of(t: &Target, url: &str) -> String {
+    if let Some(rest) = url.strip_prefix("http://") {
+        return rest.find('/').map_or("/".into(), |i| rest[i..].to_string());
+    }
+    if url.starts_with('/') {
+        url.to_string()
+    } else {
+        format!("{}{url}", t.dir)
+    }
+}
+
+fn pick(m: &Manifest, q: Quality, throughput_kbps: Option<f64>) -> &Representation {
+    let reps = &m.representations;
+    match q {
+        Quality::Highest => reps.last().expect("a manifest has a representation"),
+        Quality::Lowest => &reps[0],
+        Quality::Index(i) => &reps[i.min(reps.len() - 1)],
+        Quality::Adaptive => match throughput_kbps {
+            None => &reps[0],
+            Some(t) => reps
+                .iter()
+                .rev()
+                .find(|r| (r.bandwidth as f64) / 1000.0 <= 0.8 * t)
+                .unwrap_or(&reps[0]),
+        },
+    }
+}
+
+/// Runs every session to the end of `duration` (or of the content).
+pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
+    let t = Arc::new(target(&opts.url).await?);
+    // One MPD fetch up front checks the URL and gives a clear error.
+    let mut c = Conn::new(t.addr);
+    let got = c
+        .get(&t.path, true, opts.request_timeout)
+        .await
+        .map_err(|e| PlayerError::Manifest(e.to_string()))?;
+    if got.status != 200 {
+        return Err(PlayerError::Manifest(format!(
+            "{} answered {}",
+            opts.url, got.status
+        )));
+    }
+    let text = String::from_utf8_lossy(got.body.as_deref().unwrap_or_default()).into_owned();
+    let m = mpd::parse(&text).map_err(|e| PlayerError::Manifest(e.to_string()))?;
+    if m.dynamic {
+        return Err(PlayerError::Manifest(
+            "live (dynamic) manifests are not supported by the player yet".into(),
+        ));
+    }
+    let live = Arc::new(Live::default());
+    let latencies = Arc::new(Mutex::new(Vec::<f64>::new()));
+    let begin = Instant::now();
+    let end = begin + opts.duration;
+    let progress = opts.progress.then(|| {
+        let live = live.clone();
+        tokio::spawn(async move {
+            let mut last = 0;
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let r = live.requests.load(Ordering::Relaxed);
+                eprintln!(
+                    "player {:>5.1}s  sessions {} playing {} stalled {} failed {}  {} req/s  {:.1} Mb/s on average  {} errors",
+                    begin.elapsed().as_secs_f64(),
+                    live.running.load(Ordering::Relaxed),
+                    live.playing.load(Ordering::Relaxed),
+                    live.stalled.load(Ordering::Relaxed),
+                    live.failed.load(Ordering::Relaxed),
+                    r - last,
+                    live.bytes.load(Ordering::Relaxed) as f64 * 8.0 / 1e6 / begin.elapsed().as_secs_f64(),
+                    live.errors.load(Ordering::Relaxed),
+                );
+                last = r;
+            }
+        })
+    });
+    let m = Arc::new(m);
+    let mut tasks = Vec::with_capacity(opts.sessions);
+    for id in 0..opts.sessions {
+        let start = begin + opts.ramp.mul_f64(id as f64 / opts.sessions.max(1) as f64);
+        let (t, m, live, lat, opts) = (
+            t.clone(),
+            m.clone(),
+            live.clone(),
+            latencies.clone(),
+            opts.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            session(id, &opts, &t, &m, &live, &lat, start, end).await
+        }));
+    }
+    let mut per_session = Vec::with_capacity(tasks.len());
+    for h in tasks {
+        if let Ok(r) = h.await {
+            per_session.push(r);
+        }
+    }
+    if let Some(p) = progress {
+        p.abort();
+    }
+    let elapsed = begin.elapsed().as_secs_f64();
+    let mut lat = std::mem::take(&mut *latencies.lock().await);
+    Ok(Report {
+        url: opts.url.clone(),
+        duration_s: elapsed,
+        summary: summarize(&per_session, &mut lat, &live, elapsed),
+        per_session,
+    })
+}
+
+fn summarize(s: &[SessionReport], lat: &mut [f64], live: &Live, elapsed: f64) -> Summary {
+    let pct = |v: &[f64], p: f64| -> f64 {
+        if v.is_empty() {
+            0.0
+        } else {
+            v[((v.len() - 1) as f64 * p).round() as usize]
+        }
+    };
+    let mut mos: Vec<f64> = s.iter().map(|r| r.mos).collect();
+    mos.sort_by(f64::total_cmp);
+    let mut start: Vec<f64> = s.iter().filter_map(|r| r.startup_delay_s).collect();
+    start.sort_by(f64::total_cmp);
+    lat.sort_by(f64::total_cmp);
+    let stalls: usize = s.iter().map(|r| r.stalls).sum();
+    let playing_min: f64 = s
+        .iter()
+        .map(|r| r.windows.len() as f64 * vcdn_model::qoe::WINDOW_S / 60.0)
+        .sum();
+    let requests = live.requests.load(Ordering::Relaxed);
+    let bytes = live.bytes.load(Ordering::Relaxed);
+    Summary {
+        sessions: s.len(),
+        started: start.len(),
+        failed: s.iter().filter(|r| r.failed).count(),
+        mean_mos: if mos.is_empty() {
+            0.0
+        } else {
+            mos.iter().sum::<f64>() / mos.len() as f64
+        },
+        p5_mos: pct(&mos, 0.05),
+        stalls,
+        stalls_per_minute: if playing_min > 0.0 {
+            stalls as f64 / playing_min
+        } else {
+            0.0
+        },
+        mean_startup_delay_s: if start.is_empty() {
+            0.0
+        } else {
+            start.iter().sum::<f64>() / start.len() as f64
+        },
+        p95_startup_delay_s: pct(&start, 0.95),
+        requests,
+        errors: live.errors.load(Ordering::Relaxed),
+        bytes,
+        requests_per_s: requests as f64 / elapsed.max(1e-9),
+        mbit_per_s: bytes as f64 * 8.0 / 1e6 / elapsed.max(1e-9),
+        latency_ms: Percentiles {
+            p50: pct(lat, 0.5),
+            p90: pct(lat, 0.9),
+            p99: pct(lat, 0.99),
+            max: lat.last().copied().unwrap_or(0.0),
+        },
+    }
+}
+
+/// What a request task reports back.
+struct Done {
+    index: u64,
+    at: Instant,
+    result: Result<u64, FetchError>,
+    /// Response time from the scheduled send, ms.
+    latency_ms: f64,
+    /// Throughput of the transfer, kb/s.
+    kbps: f64,
+    rep: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn session(
+    id: usize,
+    opts: &PlayerOptions,
+    t: &Target,
+    m: &Manifest,
+    live: &Live,
+    latencies: &Mutex<Vec<f64>>,
+    start: Instant,
+    end: Instant,
+) -> SessionReport {
+    tokio::time::sleep_until(start.into()).await;
+    live.running.fetch_add(1, Ordering::Relaxed);
+    let t0 = Instant::now();
+    let rel = |i: Instant| i.saturating_duration_since(t0).as_secs_f64();
+    let mut report = SessionReport {
+        id,
+        representations: Vec::new(),
+        startup_delay_s: None,
+        stalls: 0,
+        stall_s: 0.0,
+        failed: false,
+        error: None,
+        windows: Vec::new(),
+        mos: 1.0,
+        requests: 0,
+        bytes: 0,
+    };
+    let pool: Arc<Mutex<Vec<Conn>>> = Arc::new(Mutex::new(Vec::new()));
+    let first = pick(m, opts.quality, None);
+    let seg_d = first.segment(0).map_or(2.0, |s| s.duration_s).max(0.1);
+    let mut playback = Playback::new((m.min_buffer_s).max(seg_d).min(3.0 * seg_d));
+    let best_kbps = m
+        .representations
+        .last()
+        .map_or(1.0, |r| r.bandwidth as f64 / 1000.0);
+    // The session's own MPD and initialization fetch, as a player does.
+    let mut c = Conn::new(t.addr);
+    let fail = |report: &mut SessionReport, e: String| {
+        report.failed = true;
+        report.error.get_or_insert(e);
+    };
+    match c.get(&t.path, false, opts.request_timeout).await {
+        Ok(f) if f.status == 200 => report.requests += 1,
+        Ok(f) => fail(&mut report, format!("manifest: HTTP {}", f.status)),
+        Err(e) => fail(&mut report, e.to_string()),
+    }
+    if let (false, Some(init)) = (report.failed, &first.init) {
+        match c.get(&path_of(t, init), false, opts.request_timeout).await {
+            Ok(f) if f.status == 200 => report.requests += 1,
+            Ok(f) => fail(&mut report, format!("{init}: HTTP {}", f.status)),
+            Err(e) => fail(&mut report, e.to_string()),
+        }
+    }
+    pool.lock().await.push(c);
+    let (tx, mut rx) = mpsc::channel::<Done>(64);
+    let count = first.count().unwrap_or(u64::MAX);
+    let mut next = 0u64;
+    let mut in_flight = 0usize;
+    let mut arrived: BTreeMap<u64, (Instant, f64, f64)> = BTreeMap::new();
+    let mut next_to_buffer = 0u64;
+    let mut throughput: Option<f64> = None;
+    let mut was = (false, false);
+    if report.failed {
+        playback.fail(0.0);
+    }
+    while !report.failed
+        && Instant::now() < end
+        && !(next_to_buffer >= count && playback.complete())
+    {
+        let due = t0 + Duration::from_secs_f64(next.saturating_sub(opts.ahead) as f64 * seg_d);
+        let can_send = next < count && in_flight < opts.max_connections;
+        tokio::select! {
+            _ = tokio::time::sleep_until(due.into()), if can_send => {
+                let rep_i = {
+                    let r = pick(m, opts.quality, throughput);
+                    m.representations.iter().position(|x| std::ptr::eq(x, r)).unwrap_or(0)
+                };
+                let rep = &m.representations[rep_i];
+                if !report.representations.contains(&rep.id) {
+                    report.representations.push(rep.id.clone());
+                }
+                let Some(seg) = rep.segment(next) else { next = count; continue };
+                let path = path_of(t, &seg.url);
+                let (pool, tx, timeout, addr) = (pool.clone(), tx.clone(), opts.request_timeout, t.addr);
+                let index = next;
+                in_flight += 1;
+                tokio::spawn(async move {
+                    let mut c = pool.lock().await.pop().unwrap_or_else(|| Conn::new(addr));
+                    let sent = Instant::now();
+                    let mut result = c.get(&path, false, timeout).await;
+                    if result.is_err() {
+                        // One retry on a fresh connection.
+                        c = Conn::new(addr);
+                        result = c.get(&path, false, timeout).await;
+                    }
+                    let at = Instant::now();
+                    let result = match result {
+                        Ok(f) if (200..300).contains(&f.status) => Ok(f.bytes),
+                        Ok(f) => Err(FetchError::Status(path.clone(), f.status)),
+                        Err(e) => Err(e),
+                    };
+                    if result.is_ok() {
+                        pool.lock().await.push(c);
+                    }
+                    let secs = at.duration_since(sent).as_secs_f64().max(1e-6);
+                    let kbps = result.as_ref().map_or(0.0, |b| *b as f64 * 8.0 / 1000.0 / secs);
+                    let latency_ms = at.duration_since(due.min(sent)).as_secs_f64() * 1000.0;
+                    let _ = tx.send(Done { index, at, result, latency_ms, kbps, rep: rep_i }).await;
+                });
+                next += 1;
+            }
+            Some(d) = rx.recv() => {
+                in_flight -= 1;
+                report.requests += 1;
+                live.requests.fetch_add(1, Ordering::Relaxed);
+                match d.result {
+                    Ok(bytes) => {
+                        report.bytes += bytes;
+                        live.bytes.fetch_add(bytes, Ordering::Relaxed);
+                        latencies.lock().await.push(d.latency_ms);
+                        throughput = Some(throughput.map_or(d.kbps, |t| 0.7 * t + 0.3 * d.kbps));
+                        let r = &m.representations[d.rep];
+                        let dur = r.segment(d.index).map_or(seg_d, |s| s.duration_s);
+                        arrived.insert(d.index, (d.at, dur, r.bandwidth as f64 / 1000.0));
+                        while let Some((at, dur, kbps)) = arrived.remove(&next_to_buffer) {
+                            playback.arrive(rel(at), dur, kbps);
+                            next_to_buffer += 1;
+                        }
+                    }
+                    Err(e) => {
+                        live.errors.fetch_add(1, Ordering::Relaxed);
+                        playback.fail(rel(d.at));
+                        fail(&mut report, e.to_string());
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(end.into()) => {}
+            // A stall starts when the playhead runs out; look again soon.
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        playback.advance(rel(Instant::now()));
+        let now = (playback.is_playing(), playback.is_stalled());
+        track(&live.playing, was.0, now.0);
+        track(&live.stalled, was.1, now.1);
+        was = now;
+    }
+    track(&live.playing, was.0, false);
+    track(&live.stalled, was.1, false);
+    // A finished title ends when its last segment has been played.
+    let t_end = rel(Instant::now().min(end));
+    let windows = playback.windows(t_end);
+    let mut q = SessionMos::default();
+    for w in &windows {
+        q.push(w, best_kbps, opts.frame_rate);
+    }
+    report.windows = q.scores.clone();
+    report.mos = q.mos().unwrap_or(1.0);
+    report.startup_delay_s = playback.play_start;
+    report.stalls = playback.stalls.len();
+    report.stall_s = playback.stalls.iter().fold(0.0, |a, s| a + s.duration);
+    if report.failed {
+        live.failed.fetch_add(1, Ordering::Relaxed);
+    }
+    live.running.fetch_sub(1, Ordering::Relaxed);
+    report
+}
+
+fn track(c: &AtomicU64, was: bool, now: bool) {
+    match (was, now) {
+        (false, true) => {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        (true, false) => {
+            c.fetch_sub(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+}
+
+/// The human summary.
+pub fn describe(r: &Report) -> String {
+    let s = &r.summary;
+    format!(
+        "{} sessions for {:.1} s on {}\n  started {}  failed {}  mean MOS {:.2} (p5 {:.2})\n  stalls {} ({:.2} per minute of playback)  start-up delay mean {:.2} s, p95 {:.2} s\n  {} requests ({:.0}/s), {} errors, {:.1} Mb/s\n  segment response time from schedule: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        s.sessions,
+        r.duration_s,
+        r.url,
+        s.started,
+        s.failed,
+        s.mean_mos,
+        s.p5_mos,
+        s.stalls,
+        s.stalls_per_minute,
+        s.mean_startup_delay_s,
+        s.p95_startup_delay_s,
+        s.requests,
+        s.requests_per_s,
+        s.errors,
+        s.mbit_per_s,
+        s.latency_ms.p50,
+        s.latency_ms.p90,
+        s.latency_ms.p99,
+        s.latency_ms.max,
+    )
+}

@@ -1,0 +1,136 @@
+//! The player emulator against real servers: DASH sessions through a vcdn
+//! cache score a perfect MOS and coalesce onto the origin; sessions whose
+//! server dies fail and score low; bad input gets a clear error.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::*;
+
+fn player(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .arg("player")
+        .args(args)
+        .arg("--quiet")
+        .output()
+        .expect("vcdn player runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_through_a_cache_play_without_stalls_and_the_origin_sees_each_segment_once() {
+    let origin = origin();
+    let cache = cache(origin.addr, &[]);
+    let dir = tempdir("player-ok");
+    let report = dir.join("report.json");
+    let url = format!("http://{}/dash/vod/bunny/manifest.mpd", cache.addr);
+    let (ok, out, err) = player(&[
+        "--url",
+        &url,
+        "--sessions",
+        "20",
+        "--duration",
+        "6",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("20 sessions") && out.contains("mean MOS 5.00"),
+        "{out}"
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let s = &r["summary"];
+    assert_eq!(
+        (
+            s["sessions"].as_u64(),
+            s["started"].as_u64(),
+            s["failed"].as_u64(),
+            s["stalls"].as_u64()
+        ),
+        (Some(20), Some(20), Some(0), Some(0))
+    );
+    for p in r["per_session"].as_array().unwrap() {
+        assert!(p["startup_delay_s"].as_f64().unwrap() < 1.0, "{p}");
+        assert_eq!(p["mos"].as_f64(), Some(5.0), "{p}");
+        assert_eq!(p["representations"], serde_json::json!(["high"]));
+        // MPD, init and at least 3 segments ahead plus one per 2 s.
+        assert!(p["requests"].as_u64().unwrap() >= 6, "{p}");
+    }
+    // Twenty viewers, one origin fetch per segment.
+    assert_eq!(
+        origin_count(origin.addr, "/dash/vod/bunny/high/1.m4s").await,
+        1
+    );
+    assert_eq!(
+        origin_count(origin.addr, "/dash/vod/bunny/high/3.m4s").await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_fail_and_score_low_when_the_server_dies() {
+    let origin = origin();
+    let url = format!("http://{}/dash/vod/bunny/manifest.mpd", origin.addr);
+    let dir = tempdir("player-dies");
+    let report = dir.join("report.json");
+    let (r, u) = (report.clone(), url.clone());
+    let run = std::thread::spawn(move || {
+        player(&[
+            "--url",
+            &u,
+            "--sessions",
+            "5",
+            "--duration",
+            "8",
+            "--quality",
+            "lowest",
+            "--report",
+            r.to_str().unwrap(),
+        ])
+    });
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    origin.kill();
+    let (ok, out, err) = run.join().unwrap();
+    assert!(ok, "{err}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let s = &r["summary"];
+    assert_eq!(s["failed"].as_u64(), Some(5), "{out}");
+    assert!(s["errors"].as_u64().unwrap() >= 5);
+    assert!(s["mean_mos"].as_f64().unwrap() < 4.0, "{out}");
+    assert!(
+        r["per_session"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("connect"),
+        "{}",
+        r["per_session"][0]
+    );
+}
+
+#[test]
+fn bad_urls_and_manifests_get_a_clear_error() {
+    let origin = origin();
+    let (ok, _, err) = player(&["--url", "ftp://x/manifest.mpd", "--duration", "1"]);
+    assert!(!ok && err.contains("http://"), "{err}");
+    let (ok, _, err) = player(&[
+        "--url",
+        &format!("http://{}/size/100", origin.addr),
+        "--duration",
+        "1",
+    ]);
+    assert!(!ok && err.contains("not well-formed XML"), "{err}");
+    let (ok, _, err) = player(&[
+        "--url",
+        &format!("http://{}/dash/live/news/manifest.mpd", origin.addr),
+        "--duration",
+        "1",
+    ]);
+    assert!(!ok && err.contains("live"), "{err}");
+}
