@@ -144,6 +144,50 @@ pub fn parse_duration(s: &str) -> Option<f64> {
     total.is_finite().then_some(total)
 }
 
+/// An xs:dateTime such as `2026-11-22T00:08:06Z` or
+/// `2026-11-22T01:08:06.5+01:00`, in Unix seconds (no zone means UTC).
+pub fn parse_datetime(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.splitn(3, '-');
+    let (y, m, day): (i64, i64, i64) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let (clock, offset_s) = if let Some(c) = time.strip_suffix('Z') {
+        (c, 0.0)
+    } else if let Some(i) = time.rfind(['+', '-']).filter(|&i| i >= 8) {
+        let (c, z) = time.split_at(i);
+        let sign = if z.starts_with('-') { -1.0 } else { 1.0 };
+        let (h, mi) = z[1..].split_once(':')?;
+        (
+            c,
+            sign * (h.parse::<f64>().ok()? * 3600.0 + mi.parse::<f64>().ok()? * 60.0),
+        )
+    } else {
+        (time, 0.0)
+    };
+    let mut c = clock.splitn(3, ':');
+    let (h, mi, sec): (f64, f64, f64) = (
+        c.next()?.parse().ok()?,
+        c.next()?.parse().ok()?,
+        c.next()?.parse().ok()?,
+    );
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days as f64 * 86_400.0 + h * 3600.0 + mi * 60.0 + sec - offset_s)
+}
+
 /// Fills a `SegmentTemplate` pattern.
 pub fn expand(pattern: &str, id: &str, bandwidth: u64, number: u64, time: u64) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
@@ -484,6 +528,22 @@ mod tests {
         );
         assert_eq!(expand("a$Unknown$b", "x", 1, 1, 1), "a$Unknown$b");
         assert_eq!(expand("broken$Number", "x", 1, 1, 1), "broken$Number");
+    }
+
+    #[test]
+    fn datetimes() {
+        assert_eq!(parse_datetime("1970-01-01T00:00:00Z"), Some(0.0));
+        assert_eq!(
+            parse_datetime("2026-11-22T00:08:06Z"),
+            Some(1_795_306_086.0)
+        );
+        assert_eq!(
+            parse_datetime("2026-11-22T01:08:06.5+01:00"),
+            Some(1_795_306_086.5)
+        );
+        assert_eq!(parse_datetime("2000-02-29T00:00:00"), Some(951_782_400.0));
+        assert_eq!(parse_datetime("2000-13-01T00:00:00Z"), None);
+        assert_eq!(parse_datetime("yesterday"), None);
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //! arrivals into start-up delay and stalls, and `vcdn_model::qoe` turns
 //! those into a MOS per 16 s window and per session.
 //!
-//! Live (dynamic) MPDs are not played yet.
+//! A live (dynamic) MPD is joined two segments behind its live edge, and
+//! each segment is requested when it becomes available
+//! (`availabilityStartTime` + its end), not earlier.
 
 pub mod conn;
 pub mod playback;
@@ -234,9 +236,14 @@ pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
     }
     let text = String::from_utf8_lossy(got.body.as_deref().unwrap_or_default()).into_owned();
     let m = mpd::parse(&text).map_err(|e| PlayerError::Manifest(e.to_string()))?;
-    if m.dynamic {
+    if m.dynamic
+        && m.availability_start
+            .as_deref()
+            .and_then(mpd::parse_datetime)
+            .is_none()
+    {
         return Err(PlayerError::Manifest(
-            "live (dynamic) manifests are not supported by the player yet".into(),
+            "a live (dynamic) MPD needs a valid availabilityStartTime".into(),
         ));
     }
     let live = Arc::new(Live::default());
@@ -426,10 +433,31 @@ async fn session(
     pool.lock().await.push(c);
     let (tx, mut rx) = mpsc::channel::<Done>(64);
     let count = first.count().unwrap_or(u64::MAX);
-    let mut next = 0u64;
+    // When segment `i` may be requested, in seconds after t0: VOD keeps
+    // `ahead` segments ahead of playback at the video's pace; live waits
+    // for each segment to exist and joins two behind the live edge.
+    let live_at = m
+        .availability_start
+        .as_deref()
+        .and_then(mpd::parse_datetime)
+        .filter(|_| m.dynamic);
+    let unix_t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let first_index = live_at.map_or(0, |ast| {
+        let edge = ((unix_t0 - ast) / seg_d).floor() as i64 - 1;
+        (edge - 1).max(0) as u64
+    });
+    let due_s = |i: u64| -> f64 {
+        match live_at {
+            Some(ast) => (ast + (i + 1) as f64 * seg_d + 0.05 - unix_t0).max(0.0),
+            None => i.saturating_sub(opts.ahead) as f64 * seg_d,
+        }
+    };
+    let mut next = first_index;
     let mut in_flight = 0usize;
     let mut arrived: BTreeMap<u64, (Instant, f64, f64)> = BTreeMap::new();
-    let mut next_to_buffer = 0u64;
+    let mut next_to_buffer = first_index;
     let mut throughput: Option<f64> = None;
     let mut was = (false, false);
     if report.failed {
@@ -439,7 +467,7 @@ async fn session(
         && Instant::now() < end
         && !(next_to_buffer >= count && playback.complete())
     {
-        let due = t0 + Duration::from_secs_f64(next.saturating_sub(opts.ahead) as f64 * seg_d);
+        let due = t0 + Duration::from_secs_f64(due_s(next));
         let can_send = next < count && in_flight < opts.max_connections;
         tokio::select! {
             _ = tokio::time::sleep_until(due.into()), if can_send => {

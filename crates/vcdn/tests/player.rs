@@ -128,9 +128,41 @@ fn bad_urls_and_manifests_get_a_clear_error() {
     assert!(!ok && err.contains("not well-formed XML"), "{err}");
     let (ok, _, err) = player(&[
         "--url",
-        &format!("http://{}/dash/live/news/manifest.mpd", origin.addr),
-        "--duration",
-        "1",
+        &format!("http://{}/dash/vod/x/manifest.mpd", origin.addr),
+        "--sessions",
+        "0",
     ]);
-    assert!(!ok && err.contains("live"), "{err}");
+    assert!(!ok && err.contains("--sessions"), "{err}");
+}
+
+#[test]
+fn live_sessions_follow_the_live_edge() {
+    let origin = origin();
+    let url = format!("http://{}/dash/live/news/manifest.mpd", origin.addr);
+    let dir = tempdir("player-live");
+    let report = dir.join("report.json");
+    let (ok, out, err) = player(&[
+        "--url",
+        &url,
+        "--sessions",
+        "3",
+        "--duration",
+        "7",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let s = &r["summary"];
+    assert_eq!(
+        (
+            s["started"].as_u64(),
+            s["failed"].as_u64(),
+            s["errors"].as_u64()
+        ),
+        (Some(3), Some(0), Some(0)),
+        "{out}"
+    );
+    // Segments are fetched as they appear, never before (no 404s).
+    assert!(s["requests"].as_u64().unwrap() >= 9, "{out}");
 }
