@@ -16,6 +16,7 @@
 //! (`availabilityStartTime` + its end), not earlier.
 
 pub mod conn;
+pub mod load;
 pub mod playback;
 
 use std::collections::BTreeMap;
@@ -158,14 +159,14 @@ struct Live {
     bytes: AtomicU64,
 }
 
-struct Target {
-    addr: SocketAddr,
+pub(crate) struct Target {
+    pub(crate) addr: SocketAddr,
     /// Directory of the MPD (ends with `/`), for relative segment URLs.
     dir: String,
-    path: String,
+    pub(crate) path: String,
 }
 
-async fn target(url: &str) -> Result<Target, PlayerError> {
+pub(crate) async fn target(url: &str) -> Result<Target, PlayerError> {
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| PlayerError::Url(format!("{url}: give an http:// URL")))?;

@@ -32,6 +32,16 @@ pub struct PlayerArgs {
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
+    /// Plain HTTP load on --url instead of DASH sessions.
+    #[arg(long)]
+    http: bool,
+    /// HTTP load: keep-alive connections.
+    #[arg(long, default_value_t = 10, requires = "http")]
+    connections: usize,
+    /// HTTP load: total requests per second (open loop); without it each
+    /// connection sends back to back (closed loop).
+    #[arg(long, requires = "http")]
+    rate: Option<f64>,
 }
 
 fn parse_quality(s: &str) -> Result<Quality, String> {
@@ -66,6 +76,27 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
+    if a.http {
+        if a.connections == 0
+            || a.connections > 100_000
+            || a.rate.is_some_and(|r| r.is_nan() || r <= 0.0)
+        {
+            return Err("give 1 to 100,000 --connections and a positive --rate".into());
+        }
+        let opts = vcdn_player::load::LoadOptions {
+            url: a.url.clone(),
+            connections: a.connections,
+            rate: a.rate,
+            duration: Duration::from_secs_f64(a.duration),
+            timeout: Duration::from_secs(10),
+            progress: !a.quiet,
+        };
+        let report = rt
+            .block_on(vcdn_player::load::load(opts))
+            .map_err(|e| e.to_string())?;
+        println!("{}", vcdn_player::load::describe(&report));
+        return write_report(a.report.as_deref(), &report);
+    }
     let opts = PlayerOptions {
         url: a.url.clone(),
         sessions: a.sessions,
@@ -79,9 +110,16 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
         .block_on(vcdn_player::run(opts))
         .map_err(|e| e.to_string())?;
     println!("{}", vcdn_player::describe(&report));
-    if let Some(p) = a.report {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(&p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    write_report(a.report.as_deref(), &report)
+}
+
+fn write_report<T: serde::Serialize>(
+    path: Option<&std::path::Path>,
+    report: &T,
+) -> Result<(), String> {
+    if let Some(p) = path {
+        let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+        std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
         println!("report written to {}", p.display());
     }
     Ok(())

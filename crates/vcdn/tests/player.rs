@@ -166,3 +166,47 @@ fn live_sessions_follow_the_live_edge() {
     // Segments are fetched as they appear, never before (no 404s).
     assert!(s["requests"].as_u64().unwrap() >= 9, "{out}");
 }
+
+#[test]
+fn http_load_at_a_fixed_rate_and_closed_loop() {
+    let origin = origin();
+    let url = format!("http://{}/size/100", origin.addr);
+    let dir = tempdir("player-http");
+    let report = dir.join("load.json");
+    let (ok, out, err) = player(&[
+        "--http",
+        "--url",
+        &url,
+        "--connections",
+        "4",
+        "--rate",
+        "200",
+        "--duration",
+        "2",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let n = r["requests"].as_u64().unwrap();
+    assert!(
+        (380..=420).contains(&n),
+        "open loop keeps the rate: {n}\n{out}"
+    );
+    assert_eq!(r["statuses"]["200"].as_u64(), Some(n));
+    assert!(r["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+    let (ok, out, err) = player(&[
+        "--http",
+        "--url",
+        &url,
+        "--connections",
+        "2",
+        "--duration",
+        "1",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("closed loop") && out.contains("0 errors"),
+        "{out}"
+    );
+}
