@@ -252,6 +252,7 @@ impl Control {
             admin_token: self.instance_token.clone(),
             upstream: s.spec.origin.clone(),
             vcpus: i.vcpus,
+            cpu_quota: i.vcpus as f64,
             memory_mib: i.memory_mib,
         })
     }

@@ -20,6 +20,9 @@ pub struct InstanceSpec {
     pub admin_token: String,
     pub upstream: String,
     pub vcpus: u32,
+    /// CPU time the quota allows, in CPUs (normally `vcpus`; a fraction
+    /// for calibration runs).
+    pub cpu_quota: f64,
     pub memory_mib: u64,
 }
 
@@ -98,7 +101,7 @@ impl LocalVim {
     /// process writes itself into, and a description.
     fn prepare_cpu(&self, spec: &InstanceSpec) -> (Option<CString>, Option<Vec<usize>>, String) {
         let period = 100_000u64;
-        let quota = spec.vcpus.max(1) as u64 * period;
+        let quota = ((spec.cpu_quota.max(0.01) * period as f64) as u64).max(1000);
         let tried = match &self.cpu {
             CpuControl::V2(d) => {
                 let g = d.join(&spec.id);

@@ -15,6 +15,7 @@
 //! each segment is requested when it becomes available
 //! (`availabilityStartTime` + its end), not earlier.
 
+pub mod calibrate;
 pub mod conn;
 pub mod load;
 pub mod playback;
@@ -145,6 +146,8 @@ pub enum PlayerError {
     Url(String),
     #[error("the manifest: {0}")]
     Manifest(String),
+    #[error("calibration: {0}")]
+    Calibration(String),
 }
 
 /// Counters the progress line reads.

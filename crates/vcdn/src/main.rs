@@ -10,6 +10,7 @@ use vcdn_cache::config::parse_size;
 use vcdn_cache::ctl;
 use vcdn_cache::CacheConfig;
 
+mod calibrate_cmd;
 mod model_cmd;
 mod name_cmd;
 mod player_cmd;
@@ -39,6 +40,8 @@ enum Cmd {
     Service(service_cmd::ServiceArgs),
     /// Manage customers and their API keys (operator).
     Customer(service_cmd::CustomerArgs),
+    /// Measure what one vCPU of the cache sustains; write the capacity model.
+    Calibrate(calibrate_cmd::CalibrateArgs),
     /// Play DASH sessions against a server and score them (start-up, stalls, MOS).
     Player(player_cmd::PlayerArgs),
     /// Run an edge cache in front of an origin or a parent cache.
@@ -191,6 +194,7 @@ fn main() -> ExitCode {
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
         Cmd::Player(a) => player_cmd::run(a),
+        Cmd::Calibrate(a) => calibrate_cmd::run(a),
         Cmd::Service(a) => service_cmd::run_service(a),
         Cmd::Customer(a) => service_cmd::run_customer(a),
         Cmd::Name(c) => name_cmd::run(c),
