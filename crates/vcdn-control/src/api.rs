@@ -225,6 +225,7 @@ async fn route(c: &Control, req: Request) -> Response {
         (Method::Post, ["v1", "services", id, action @ ("purge" | "prefetch")]) => {
             content_action(c, &who, id, action, &req.body).await
         }
+        (Method::Post, ["v1", "services", id, "qoe"]) => report_qoe(c, &who, id, &req.body).await,
         (_, ["v1", ..]) => Err(Response::problem(
             405,
             &format!(
@@ -281,6 +282,7 @@ fn service_view(c: &Control, s: &Service) -> Value {
         "entry_point": entry_point(c, s),
         "graph": s.graph,
         "load": c.load(&s.id),
+        "qoe": c.qoe(&s.id),
         "usage": s.usage,
         "cost": pricing::bill(s, now_s()),
     })
@@ -352,6 +354,20 @@ async fn content_action(c: &Control, who: &Caller, id: &str, action: &str, body:
         200,
         &json!({"service": s.id, "instances": results}),
     ))
+}
+
+async fn report_qoe(c: &Control, who: &Caller, id: &str, body: &[u8]) -> Reply {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Qoe {
+        region: String,
+        mos: f64,
+    }
+    let q: Qoe = parse(body)?;
+    c.report_qoe(id, who.customer(), &q.region, q.mos)
+        .await
+        .map_err(|e| problem(&e))?;
+    Ok(Response::new(204, "text/plain", Vec::new()))
 }
 
 async fn put_region(c: &Control, who: &Caller, name: &str, body: &[u8]) -> Reply {

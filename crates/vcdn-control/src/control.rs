@@ -82,6 +82,12 @@ pub(crate) struct Runtime {
     /// When a region last failed to scale out (recorded once a minute,
     /// not on every sample while the shortage lasts).
     pub(crate) scale_failed: HashMap<String, Instant>,
+    /// MOS the capacity model expects at the current load, per region.
+    pub(crate) estimated_mos: HashMap<String, f64>,
+    /// Mean MOS players reported, per region, and when.
+    pub(crate) reported_mos: HashMap<String, (f64, Instant)>,
+    /// When a region was last scaled out for its QoE.
+    pub(crate) qoe_scaled: HashMap<String, Instant>,
 }
 
 #[derive(Default)]
@@ -694,6 +700,58 @@ impl Control {
             .get(id)
             .map(|r| r.load.clone())
             .unwrap_or_default()
+    }
+
+    /// Estimated and reported MOS per region.
+    pub fn qoe(&self, id: &str) -> serde_json::Value {
+        let rt = self.runtime.lock();
+        let Some(r) = rt.get(id) else {
+            return serde_json::json!({});
+        };
+        let mut out = serde_json::Map::new();
+        for (region, m) in &r.estimated_mos {
+            out.insert(
+                region.clone(),
+                serde_json::json!({"estimated_mos": (m * 100.0).round() / 100.0}),
+            );
+        }
+        for (region, (m, at)) in &r.reported_mos {
+            let e = out
+                .entry(region.clone())
+                .or_insert_with(|| serde_json::json!({}));
+            e["reported_mos"] = serde_json::json!((m * 100.0).round() / 100.0);
+            e["reported_s_ago"] = serde_json::json!(at.elapsed().as_secs());
+        }
+        serde_json::Value::Object(out)
+    }
+
+    /// A player's (or a probe's) mean MOS for a region of a service.
+    pub async fn report_qoe(
+        &self,
+        key: &str,
+        customer: Option<&str>,
+        region: &str,
+        mos: f64,
+    ) -> Result<(), ControlError> {
+        let s = self.find(key, customer).await?;
+        if !s.graph.regions.iter().any(|r| r.region == region) {
+            return Err(ControlError::Invalid(format!(
+                "service {} has no region {region}",
+                s.id
+            )));
+        }
+        if !(1.0..=5.0).contains(&mos) {
+            return Err(ControlError::Invalid(format!(
+                "mos must be within 1..5, not {mos}"
+            )));
+        }
+        self.runtime
+            .lock()
+            .entry(s.id)
+            .or_default()
+            .reported_mos
+            .insert(region.to_string(), (mos, Instant::now()));
+        Ok(())
     }
 
     /// Services by state, for /metrics.

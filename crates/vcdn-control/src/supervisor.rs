@@ -359,8 +359,67 @@ impl Control {
             return;
         }
         let t = &flavor.template;
+        let target = s.spec.quality.min_mos;
         for r in &s.graph.regions {
             let load = loads.get(&r.region).copied().unwrap_or(0.0);
+            // The QoE viewers get: what the capacity model expects at this
+            // load per vCPU, and what players reported in the last 30 s.
+            let demand = s.spec.regions.iter().find(|d| d.region == r.region);
+            let estimated = demand.filter(|d| d.peak_users.is_some()).and_then(|d| {
+                let vcpus: u32 = r.instances.iter().map(|i| i.vcpus).sum();
+                self.cfg.capacity.mos_at(
+                    d.bitrate_kbps
+                        .unwrap_or(vcdn_policy::dimensioning::DEFAULT_BITRATE_KBPS),
+                    d.chunk_s
+                        .unwrap_or(vcdn_policy::dimensioning::DEFAULT_CHUNK_S),
+                    load / vcpus.max(1) as f64,
+                )
+            });
+            let below_target = {
+                let mut rt = self.runtime.lock();
+                let rt = rt.entry(s.id.clone()).or_default();
+                if let Some(e) = estimated {
+                    rt.estimated_mos.insert(r.region.clone(), e);
+                }
+                let reported = rt
+                    .reported_mos
+                    .get(&r.region)
+                    .filter(|(_, at)| at.elapsed() < Duration::from_secs(30))
+                    .map(|(m, _)| *m);
+                let worst = [estimated, reported].into_iter().flatten().reduce(f64::min);
+                let due = rt
+                    .qoe_scaled
+                    .get(&r.region)
+                    .is_none_or(|at| at.elapsed() >= Duration::from_secs(10));
+                match (target, worst) {
+                    (Some(t), Some(w)) if w < t && due => {
+                        rt.qoe_scaled.insert(r.region.clone(), Instant::now());
+                        Some(w)
+                    }
+                    _ => None,
+                }
+            };
+            if let (Some(w), true) = (below_target, (r.instances.len() as u32) < t.max_instances) {
+                match self.scale_out(&s.id, &r.region, 1, load).await {
+                    Ok(()) => {
+                        self.event(
+                            &s.id,
+                            "qoe_below_target",
+                            &format!(
+                                "{}: MOS {w:.2} under the target {:.2}; one more instance",
+                                r.region,
+                                target.unwrap_or(0.0)
+                            ),
+                        )
+                        .await
+                    }
+                    Err(e) => {
+                        self.event(&s.id, "scale_out_failed", &format!("{}: {e}", r.region))
+                            .await
+                    }
+                }
+                continue;
+            }
             let decision = {
                 let mut rt = self.runtime.lock();
                 let trend = rt

@@ -275,6 +275,31 @@ impl CapacityModel {
         raw * (at / curve_raw)
     }
 
+    /// The mean MOS the model expects when one vCPU carries
+    /// `sessions_per_vcpu` sessions of this video (the inverse of
+    /// [`Self::sessions_per_vcpu`]); `None` without a video curve.
+    pub fn mos_at(&self, bitrate_kbps: f64, chunk_s: f64, sessions_per_vcpu: f64) -> Option<f64> {
+        let curve = self.video.iter().min_by(|a, b| {
+            (a.bitrate_kbps / bitrate_kbps)
+                .ln()
+                .abs()
+                .total_cmp(&(b.bitrate_kbps / bitrate_kbps).ln().abs())
+        })?;
+        let close = (curve.bitrate_kbps / bitrate_kbps - 1.0).abs() < 0.1
+            && (curve.chunk_s - chunk_s).abs() < 1e-9;
+        let x = if close {
+            sessions_per_vcpu
+        } else {
+            let bytes = |kbps: f64, c: f64| (kbps * 1000.0 / 8.0 * c).max(1.0) as u64;
+            let raw = self.requests_per_vcpu(bytes(bitrate_kbps, chunk_s)) * chunk_s;
+            let curve_raw =
+                self.requests_per_vcpu(bytes(curve.bitrate_kbps, curve.chunk_s)) * curve.chunk_s;
+            sessions_per_vcpu * curve_raw / raw.max(1e-9)
+        };
+        let pts: Vec<(f64, f64)> = curve.points.iter().map(|p| (p.sessions, p.mos)).collect();
+        Some(interpolate(&pts, x))
+    }
+
     /// The highest request rate per vCPU at which the `percentile` (50, 90
     /// or 99) of response times stays within `max_ms`, for objects of
     /// `bytes` (the curve of the nearest size). `None` when no latency
@@ -389,6 +414,24 @@ mod tests {
         // Halfway between 4.9 at 12k and 4.2 at 17k.
         assert!((m.sessions_per_vcpu(1_700.0, 2.0, 4.55) - 14_500.0).abs() < 1.0);
         assert_eq!(m.sessions_per_vcpu(1_700.0, 2.0, 5.0), 0.0);
+    }
+
+    #[test]
+    fn mos_at_inverts_sessions_per_vcpu() {
+        let m = CapacityModel::default();
+        let n = m.sessions_per_vcpu(1_700.0, 2.0, 4.55);
+        assert!((m.mos_at(1_700.0, 2.0, n).unwrap() - 4.55).abs() < 1e-9);
+        assert_eq!(
+            m.mos_at(1_700.0, 2.0, 100.0),
+            Some(4.9),
+            "flat below the first point"
+        );
+        let sd = m.sessions_per_vcpu(250.0, 2.0, 4.0);
+        assert!((m.mos_at(250.0, 2.0, sd).unwrap() - 4.0).abs() < 1e-6);
+        assert_eq!(
+            CapacityModel { video: vec![], ..m }.mos_at(1_700.0, 2.0, 1.0),
+            None
+        );
     }
 
     #[test]

@@ -859,3 +859,65 @@ async fn postgresql_keeps_the_state_across_a_restart() {
         .await;
     assert_eq!(st, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewers_reporting_a_low_mos_make_the_service_scale_out() {
+    let model_dir = tempdir("control-qoe-model");
+    let model = small_model(&model_dir);
+    let up = Up::start("control-qoe", &["--capacity-model", &model]);
+    let key = up.key();
+    let spec = json!({"name": "q", "origin": up.origin_url(), "hostname": "q.example", "flavor": "elastic",
+        "regions": [{"region": "paris", "peak_users": 5}], "quality": {"min_mos": 4.5}});
+    let (st, s, _) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    assert_eq!(instances(&s, "paris").len(), 1);
+    // Idle: the model expects a perfect MOS.
+    assert!(
+        eventually(5, || async {
+            up.service(&id).await["qoe"]["paris"]["estimated_mos"]
+                .as_f64()
+                .is_some_and(|m| m >= 4.5)
+        })
+        .await
+    );
+    let (st, p, _) = up
+        .call(
+            &key,
+            "POST",
+            &format!("/v1/services/{id}/qoe"),
+            Some(json!({"region": "lyon", "mos": 3.0})),
+        )
+        .await;
+    assert_eq!(st, 422, "{p}");
+    let (st, _, _) = up
+        .call(
+            &key,
+            "POST",
+            &format!("/v1/services/{id}/qoe"),
+            Some(json!({"region": "paris", "mos": 3.0})),
+        )
+        .await;
+    assert_eq!(st, 204);
+    let grew = eventually(8, || async {
+        instances(&up.service(&id).await, "paris").len() >= 2
+    })
+    .await;
+    assert!(grew, "no scale-out on a reported MOS under the target");
+    let v = up.service(&id).await;
+    assert_eq!(
+        v["qoe"]["paris"]["reported_mos"].as_f64(),
+        Some(3.0),
+        "{}",
+        v["qoe"]
+    );
+    // The event follows once the new instance serves.
+    let recorded = eventually(5, || async {
+        let (_, ev, _) = up
+            .call(&key, "GET", &format!("/v1/services/{id}/events"), None)
+            .await;
+        ev.to_string().contains("qoe_below_target")
+    })
+    .await;
+    assert!(recorded, "no qoe_below_target event");
+}
