@@ -64,6 +64,16 @@ pub struct PlayerOptions {
     pub frame_rate: f64,
     /// Print progress to stderr every second.
     pub progress: bool,
+    /// Where to send the mean MOS of each 16 s period (the control plane's
+    /// `POST /v1/services/{id}/qoe`), with the bearer token and region.
+    pub qoe_report: Option<QoeReport>,
+}
+
+#[derive(Debug, Clone)]
+pub struct QoeReport {
+    pub url: String,
+    pub token: String,
+    pub region: String,
 }
 
 impl Default for PlayerOptions {
@@ -79,6 +89,7 @@ impl Default for PlayerOptions {
             request_timeout: Duration::from_secs(10),
             frame_rate: 25.0,
             progress: false,
+            qoe_report: None,
         }
     }
 }
@@ -153,6 +164,8 @@ pub enum PlayerError {
 /// Counters the progress line reads.
 #[derive(Default)]
 struct Live {
+    /// Scores of windows completed since the last QoE report.
+    recent: std::sync::Mutex<Vec<f64>>,
     running: AtomicU64,
     playing: AtomicU64,
     stalled: AtomicU64,
@@ -278,6 +291,23 @@ pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
             }
         })
     });
+    let qoe = match &opts.qoe_report {
+        Some(q) => Some(Arc::new(qoe_target(q).await?)),
+        None => None,
+    };
+    // Every 16 s, the windows completed meanwhile.
+    let reporter = qoe.clone().map(|t| {
+        let live = live.clone();
+        tokio::spawn(async move {
+            let mut tick =
+                tokio::time::interval(Duration::from_secs_f64(vcdn_model::qoe::WINDOW_S));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                flush_qoe(&t, &live).await;
+            }
+        })
+    });
     let m = Arc::new(m);
     let mut tasks = Vec::with_capacity(opts.sessions);
     for id in 0..opts.sessions {
@@ -301,6 +331,12 @@ pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
     }
     if let Some(p) = progress {
         p.abort();
+    }
+    if let Some(r) = reporter {
+        r.abort();
+    }
+    if let Some(t) = &qoe {
+        flush_qoe(t, &live).await;
     }
     let elapsed = begin.elapsed().as_secs_f64();
     let mut lat = std::mem::take(&mut *latencies.lock().await);
@@ -464,6 +500,7 @@ async fn session(
     let mut next_to_buffer = first_index;
     let mut throughput: Option<f64> = None;
     let mut was = (false, false);
+    let mut windows_reported = 0usize;
     if report.failed {
         playback.fail(0.0);
     }
@@ -543,6 +580,25 @@ async fn session(
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
         playback.advance(rel(Instant::now()));
+        // Each completed 16 s window's score goes to the QoE reports.
+        if let Some(start) = playback.play_start {
+            let done = ((rel(Instant::now()) - start) / vcdn_model::qoe::WINDOW_S).floor() as usize;
+            if done > windows_reported {
+                let ws = playback
+                    .clone()
+                    .windows(start + done as f64 * vcdn_model::qoe::WINDOW_S);
+                if let Ok(mut r) = live.recent.lock() {
+                    for w in ws
+                        .iter()
+                        .skip(windows_reported)
+                        .take(done - windows_reported)
+                    {
+                        r.push(vcdn_model::qoe::window_score(w, best_kbps, opts.frame_rate));
+                    }
+                }
+                windows_reported = done;
+            }
+        }
         let now = (playback.is_playing(), playback.is_stalled());
         track(&live.playing, was.0, now.0);
         track(&live.stalled, was.1, now.1);
@@ -553,6 +609,11 @@ async fn session(
     // A finished title ends when its last segment has been played.
     let t_end = rel(Instant::now().min(end));
     let windows = playback.windows(t_end);
+    if let Ok(mut r) = live.recent.lock() {
+        for w in windows.iter().skip(windows_reported) {
+            r.push(vcdn_model::qoe::window_score(w, best_kbps, opts.frame_rate));
+        }
+    }
     let mut q = SessionMos::default();
     for w in &windows {
         q.push(w, best_kbps, opts.frame_rate);
@@ -567,6 +628,65 @@ async fn session(
     }
     live.running.fetch_sub(1, Ordering::Relaxed);
     report
+}
+
+/// Where QoE reports go.
+struct QoeTarget {
+    addr: SocketAddr,
+    path: String,
+    auth: String,
+    region: String,
+}
+
+async fn qoe_target(q: &QoeReport) -> Result<QoeTarget, PlayerError> {
+    let rest = q
+        .url
+        .strip_prefix("http://")
+        .ok_or_else(|| PlayerError::Url(format!("{}: QoE reports need an http:// URL", q.url)))?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let addr = tokio::net::lookup_host(authority)
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| PlayerError::Url(format!("cannot resolve {authority}")))?;
+    Ok(QoeTarget {
+        addr,
+        path: path.to_string(),
+        auth: format!("Bearer {}", q.token),
+        region: q.region.clone(),
+    })
+}
+
+/// Posts the mean score of the windows completed since the last report.
+async fn flush_qoe(t: &QoeTarget, live: &Live) {
+    let scores = live
+        .recent
+        .lock()
+        .map(|mut r| std::mem::take(&mut *r))
+        .unwrap_or_default();
+    if scores.is_empty() {
+        return;
+    }
+    let mos = scores.iter().sum::<f64>() / scores.len() as f64;
+    let body = serde_json::json!({"region": t.region, "mos": mos}).to_string();
+    let headers = [
+        ("Authorization", t.auth.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    match vcdn_http::client::request(
+        t.addr,
+        "POST",
+        &t.path,
+        &headers,
+        body.as_bytes(),
+        Duration::from_secs(5),
+    )
+    .await
+    {
+        Ok(r) if r.status() < 300 => {}
+        Ok(r) => tracing::warn!(status = r.status(), body = %r.text().trim(), "QoE report refused"),
+        Err(e) => tracing::warn!(error = %e, "QoE report failed"),
+    }
 }
 
 fn track(c: &AtomicU64, was: bool, now: bool) {

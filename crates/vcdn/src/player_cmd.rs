@@ -38,6 +38,14 @@ pub struct PlayerArgs {
     /// HTTP load: keep-alive connections.
     #[arg(long, default_value_t = 10, requires = "http")]
     connections: usize,
+    /// Send the mean MOS every 16 s to this URL (the control plane's
+    /// /v1/services/NAME/qoe), with --qoe-token and --qoe-region.
+    #[arg(long, requires_all = ["qoe_token", "qoe_region"])]
+    qoe_to: Option<String>,
+    #[arg(long, env = "VCDN_TOKEN", hide_env_values = true)]
+    qoe_token: Option<String>,
+    #[arg(long)]
+    qoe_region: Option<String>,
     /// HTTP load: total requests per second (open loop); without it each
     /// connection sends back to back (closed loop).
     #[arg(long, requires = "http")]
@@ -104,6 +112,11 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
         ramp: Duration::from_secs_f64(a.ramp),
         quality: a.quality,
         progress: !a.quiet,
+        qoe_report: a.qoe_to.clone().map(|url| vcdn_player::QoeReport {
+            url,
+            token: a.qoe_token.clone().unwrap_or_default(),
+            region: a.qoe_region.clone().unwrap_or_default(),
+        }),
         ..PlayerOptions::default()
     };
     let report = rt

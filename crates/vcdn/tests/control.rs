@@ -921,3 +921,56 @@ async fn viewers_reporting_a_low_mos_make_the_service_scale_out() {
     .await;
     assert!(recorded, "no qoe_below_target event");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn players_report_their_mos_and_the_service_scales_out() {
+    let up = Up::start("control-player-qoe", &[]);
+    let key = up.key();
+    let spec = json!({"name": "pq", "origin": up.origin_url(), "hostname": "pq.example", "flavor": "elastic",
+        "regions": [{"region": "lyon", "peak_users": 5}], "quality": {"min_mos": 4.5}});
+    let (st, s, _) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
+    assert_eq!(st, 201, "{s}");
+    let cache = instances(&s, "lyon")[0]["address"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The lowest representation scores well under 4.5 (its picture
+    // quality), so the players' own reports ask for more capacity.
+    let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args([
+            "player",
+            "--quiet",
+            "--sessions",
+            "3",
+            "--duration",
+            "18",
+            "--quality",
+            "lowest",
+        ])
+        .args(["--url", &format!("http://{cache}/dash/vod/t/manifest.mpd")])
+        .args([
+            "--qoe-to",
+            &format!("http://{}/v1/services/pq/qoe", up.api),
+            "--qoe-token",
+            &key,
+            "--qoe-region",
+            "lyon",
+        ])
+        .output()
+        .expect("player runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = up.service("pq").await;
+    let reported = v["qoe"]["lyon"]["reported_mos"].as_f64();
+    assert!(reported.is_some_and(|m| m < 4.5), "{}", v["qoe"]);
+    assert!(
+        eventually(5, || async {
+            instances(&up.service("pq").await, "lyon").len() >= 2
+        })
+        .await,
+        "no scale-out"
+    );
+}
