@@ -38,6 +38,9 @@ pub struct ControlConfig {
     /// Port of every instance's control API.
     pub admin_port: u16,
     pub capacity: CapacityModel,
+    /// CPU time one vCPU gets on this host (1.0: a whole CPU). A test bed
+    /// on a small machine emulates many small vCPUs with a fraction.
+    pub vcpu_share: f64,
     /// Supervisor period: crash checks every tick, load every 10 ticks.
     pub tick: Duration,
     pub autoscaler: Autoscaler,
@@ -258,7 +261,7 @@ impl Control {
             admin_token: self.instance_token.clone(),
             upstream: s.spec.origin.clone(),
             vcpus: i.vcpus,
-            cpu_quota: i.vcpus as f64,
+            cpu_quota: i.vcpus as f64 * self.cfg.vcpu_share,
             memory_mib: i.memory_mib,
         })
     }

@@ -46,6 +46,8 @@ pub struct UpOptions {
     pub cache_binary: PathBuf,
     pub instance_port: u16,
     pub admin_port: u16,
+    /// CPU time one vCPU gets (see [`ControlConfig::vcpu_share`]).
+    pub vcpu_share: f64,
 }
 
 /// A running control plane and router.
@@ -139,6 +141,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         instance_port: o.instance_port,
         admin_port: o.admin_port,
         capacity,
+        vcpu_share: o.vcpu_share,
         tick: Duration::from_millis(100),
         autoscaler: Default::default(),
     };

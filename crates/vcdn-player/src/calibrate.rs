@@ -30,6 +30,8 @@ pub struct CalibrateOptions {
     pub cache: SocketAddr,
     /// CPUs the cache is held to.
     pub cpus: f64,
+    /// CPU time one vCPU stands for (1.0: results per whole CPU).
+    pub vcpu_share: f64,
     /// Length of each measured run.
     pub run: Duration,
     pub progress: bool,
@@ -48,7 +50,8 @@ fn say(opts: &CalibrateOptions, what: String) {
 
 pub async fn calibrate(opts: CalibrateOptions) -> Result<CapacityModel, PlayerError> {
     let base = format!("http://{}", opts.cache);
-    let cpus = opts.cpus.max(0.01);
+    // Results are per vCPU: the cache had cpus / vcpu_share of them.
+    let cpus = (opts.cpus / opts.vcpu_share.max(0.01)).max(0.01);
     let mut model = CapacityModel {
         source: format!(
             "vcdn calibrate: vcdn cache held to {cpus} CPU, {} s runs",

@@ -50,6 +50,10 @@ pub enum Quality {
 pub struct PlayerOptions {
     /// `http://host:port/path/manifest.mpd`
     pub url: String,
+    /// More servers of the same content (`http://host:port`, same path):
+    /// sessions are spread round robin over `url` and these, as viewers
+    /// resolving a name to several caches would be.
+    pub mirrors: Vec<String>,
     pub sessions: usize,
     pub duration: Duration,
     /// Sessions start evenly over this time.
@@ -90,6 +94,7 @@ impl Default for PlayerOptions {
             frame_rate: 25.0,
             progress: false,
             qoe_report: None,
+            mirrors: Vec::new(),
         }
     }
 }
@@ -309,11 +314,16 @@ pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
         })
     });
     let m = Arc::new(m);
+    let mut targets = vec![t.clone()];
+    for mirror in &opts.mirrors {
+        let base = mirror.trim_end_matches('/');
+        targets.push(Arc::new(target(&format!("{base}{}", t.path)).await?));
+    }
     let mut tasks = Vec::with_capacity(opts.sessions);
     for id in 0..opts.sessions {
         let start = begin + opts.ramp.mul_f64(id as f64 / opts.sessions.max(1) as f64);
         let (t, m, live, lat, opts) = (
-            t.clone(),
+            targets[id % targets.len()].clone(),
             m.clone(),
             live.clone(),
             latencies.clone(),

@@ -18,6 +18,10 @@ pub struct CalibrateArgs {
     /// machine is not the bottleneck; results are scaled to one CPU).
     #[arg(long, default_value_t = 0.1)]
     cpus: f64,
+    /// CPU time one vCPU stands for (as `vcdn up --vcpu-share`); results
+    /// are per such vCPU.
+    #[arg(long, default_value_t = 1.0)]
+    vcpu_share: f64,
     /// Seconds per measured run.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
@@ -79,6 +83,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             Ok(()) => vcdn_player::calibrate::calibrate(vcdn_player::calibrate::CalibrateOptions {
                 cache: spec.listen,
                 cpus: a.cpus,
+                vcpu_share: a.vcpu_share,
                 run: Duration::from_secs_f64(a.seconds),
                 progress: true,
             })

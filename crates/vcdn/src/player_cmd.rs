@@ -11,6 +11,10 @@ pub struct PlayerArgs {
     /// The MPD, http://host:port/path/manifest.mpd
     #[arg(long)]
     url: String,
+    /// More servers of the same content, http://host:port (repeat):
+    /// sessions are spread round robin over --url and these.
+    #[arg(long = "mirror")]
+    mirrors: Vec<String>,
     /// Concurrent sessions.
     #[arg(long, default_value_t = 1)]
     sessions: usize,
@@ -112,6 +116,7 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
         ramp: Duration::from_secs_f64(a.ramp),
         quality: a.quality,
         progress: !a.quiet,
+        mirrors: a.mirrors.clone(),
         qoe_report: a.qoe_to.clone().map(|url| vcdn_player::QoeReport {
             url,
             token: a.qoe_token.clone().unwrap_or_default(),

@@ -38,6 +38,10 @@ pub struct UpArgs {
     /// Port of every cache instance's control API.
     #[arg(long, default_value_t = 9080)]
     instance_admin_port: u16,
+    /// CPU time one instance vCPU gets on this host (a test bed emulates
+    /// small vCPUs with a fraction; calibrate with the same share).
+    #[arg(long, default_value_t = 1.0, env = "VCDN_VCPU_SHARE")]
+    vcpu_share: f64,
     /// Also run a demo origin and make a demo customer.
     #[arg(long)]
     demo: bool,
@@ -52,6 +56,9 @@ pub fn run(a: UpArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
+    if a.vcpu_share.is_nan() || !(0.01..=64.0).contains(&a.vcpu_share) {
+        return Err("--vcpu-share must be from 0.01 to 64".into());
+    }
     rt.block_on(async move {
         let t0 = std::time::Instant::now();
         let origin = if a.demo {
@@ -76,6 +83,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
             cache_binary: std::env::current_exe().map_err(|e| format!("cannot find the vcdn binary: {e}"))?,
             instance_port: a.instance_port,
             admin_port: a.instance_admin_port,
+            vcpu_share: a.vcpu_share,
         })
         .await?;
         let api = format!("http://{}", up.api);
