@@ -8,24 +8,28 @@
 #     of them; `vcdn up --vcpu-share` holds every instance to the same share).
 #  2. `vcdn up --demo` with that capacity model; a customer orders an
 #     elastic vCDN in paris with min_mos TARGET for the first step's viewers.
-#  3. Demand steps (STEPS, concurrent HD sessions, STEP_S seconds each): each
-#     step's viewers are spread over the caches the service has when the
-#     step starts (as DNS would), play with `vcdn player` and report their
-#     MOS to the control plane every 16 s.
+#  3. A demand ramp: every JOIN_S seconds a batch of BATCH viewers joins
+#     and watches for LIFE seconds (BATCHES batches), so the audience grows
+#     to BATCHES x BATCH over BATCHES x JOIN_S seconds and then leaves in the
+#     same way. Each batch is spread over the caches the service has when it
+#     joins (as viewers resolving the name then would be), plays with
+#     `vcdn player` and reports its MOS to the control plane every 16 s.
 #  4. Every 2 s the service's instances and MOS are sampled; the players'
 #     JSON reports give every 16 s window's score.
 #
 # Output: OUT/elasticity.csv, OUT/elasticity.png and a markdown table on
 # stdout (and OUT/elasticity.md). Traffic stays on loopback.
 #
-# Environment: SHARE=0.01 TARGET=4.0 STEPS="100 300 600 300 100" STEP_S=60
+# Environment: SHARE=0.01 TARGET=4.0 BATCH=30 BATCHES=18 JOIN_S=10 LIFE=190
 #              OUT=docs  SKIP_BUILD=1 (skip cargo build)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SHARE=${SHARE:-0.01}
 TARGET=${TARGET:-4.0}
-STEPS=${STEPS:-"100 300 600 300 100"}
-STEP_S=${STEP_S:-60}
+BATCH=${BATCH:-30}
+BATCHES=${BATCHES:-18}
+JOIN_S=${JOIN_S:-10}
+LIFE=${LIFE:-190}
 OUT=${OUT:-$ROOT/docs}
 V=$ROOT/target/release/vcdn
 log() { echo "[elasticity $(date +%H:%M:%S)] $*" >&2; }
@@ -55,7 +59,7 @@ log "calibrating one vCPU = $SHARE CPU"
 UP=$!
 for _ in $(seq 200); do grep -q "Order a first vCDN" "$TMP/up.log" && break; sleep 0.05; done
 KEY=$(cat "$TMP/data/demo-customer-key")
-first=${STEPS%% *}
+first=$((BATCH * 2))
 curl -sf -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "http://$API/v1/services" \
   -d '{"name":"elastic","origin":"http://127.0.0.1:'$((PORT + 4))'","hostname":"live.demo.example","flavor":"elastic",
        "regions":[{"region":"paris","peak_users":'"$first"',"bitrate_kbps":2500}],"quality":{"min_mos":'"$TARGET"'},"lease":{"duration_s":3600}}' \
@@ -77,20 +81,29 @@ echo 0 >"$TMP/demand"
   done
 ) &
 SAMPLER=$!
-i=0
-for n in $STEPS; do
-  echo "$n" >"$TMP/demand"
+PLAYERS=()
+for j in $(seq 0 $((BATCHES - 1))); do
+  sleep_until=$(echo "$T0 + $j * $JOIN_S" | bc)
+  while (( $(echo "$(date +%s.%N) < $sleep_until" | bc) )); do sleep 0.1; done
+  echo $(( (j + 1) * BATCH )) >"$TMP/demand"
   urls=($(curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/elastic" | jq -r '.graph.regions[0].instances[].address'))
   mirrors=()
   for a in "${urls[@]:1}"; do mirrors+=(--mirror "http://$a"); done
-  log "step $i: $n viewers over ${#urls[@]} cache(s) for ${STEP_S}s"
+  log "batch $j: $BATCH viewers join over ${#urls[@]} cache(s) for ${LIFE}s"
+  echo "$j,$(echo "$(date +%s.%N) - $T0" | bc)" >>"$TMP/batches.csv"
   "$V" player --quiet --url "http://${urls[0]}/dash/vod/film/manifest.mpd" "${mirrors[@]}" \
-    --sessions "$n" --duration "$STEP_S" --ramp 5 --quality highest --report "$TMP/step$i.json" \
-    --qoe-to "http://$API/v1/services/elastic/qoe" --qoe-token "$KEY" --qoe-region paris >"$TMP/step$i.txt"
-  i=$((i + 1))
+    --sessions "$BATCH" --duration "$LIFE" --ramp 2 --quality highest --report "$TMP/batch$j.json" \
+    --qoe-to "http://$API/v1/services/elastic/qoe" --qoe-token "$KEY" --qoe-region paris >"$TMP/batch$j.txt" 2>&1 &
+  PLAYERS+=($!)
 done
+# The audience leaves as it came: the demand column follows.
+for j in $(seq 0 $((BATCHES - 1))); do
+  wait "${PLAYERS[$j]}" || true
+  echo $(( (BATCHES - j - 1) * BATCH )) >"$TMP/demand"
+done
+sleep 20
 kill $SAMPLER 2>/dev/null || true
 curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/elastic/events" >"$TMP/events.json"
 mkdir -p "$OUT"
 cp "$TMP/samples.csv" "$OUT/elasticity.csv"
-python3 "$ROOT/reproduce/cdnaas/plot_elasticity.py" "$TMP" "$OUT" "$TARGET" "$SHARE" "$STEP_S" $STEPS
+python3 "$ROOT/reproduce/cdnaas/plot_elasticity.py" "$TMP" "$OUT" "$TARGET" "$SHARE" "$BATCHES"

@@ -1,4 +1,5 @@
-"""Plot and tabulate an elasticity run (see elasticity.sh)."""
+"""Plot and tabulate an elasticity run (see elasticity.sh): MOS and vCPUs
+over time, and the share of 16 s windows under the target."""
 import csv
 import json
 import sys
@@ -8,55 +9,71 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-tmp, out, target, share, step_s = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-steps = [int(x) for x in sys.argv[6:]]
+tmp, out, target, share, batches = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+W = 16.0
 
 rows = list(csv.DictReader(open(f"{tmp}/samples.csv")))
 t = [float(r["t_s"]) for r in rows]
 vcpus = [int(r["vcpus"] or 0) for r in rows]
 demand = [int(r["demand"] or 0) for r in rows]
-est = [float(r["estimated_mos"]) if r["estimated_mos"] else None for r in rows]
-rep = [float(r["reported_mos"]) if r["reported_mos"] else None for r in rows]
+est = [float(r["estimated_mos"]) if r["estimated_mos"] else float("nan") for r in rows]
+joined = {int(j): float(s) for j, s in csv.reader(open(f"{tmp}/batches.csv"))}
 
-table = []
-windows_all, under_all = 0, 0
-for i, n in enumerate(steps):
-    rep_i = json.load(open(f"{tmp}/step{i}.json"))
-    ws = [w for s in rep_i["per_session"] for w in s["windows"]]
-    under = sum(1 for w in ws if w < target)
-    windows_all += len(ws)
-    under_all += under
-    lo, hi = i * step_s, (i + 1) * step_s
-    v_in = [v for (tt, v) in zip(t, vcpus) if lo <= tt < hi] or [0]
-    s = rep_i["summary"]
-    table.append((i, n, min(v_in), max(v_in), s["mean_mos"], s["stalls"], len(ws), under))
+# Every window of every session, placed in time: a batch's sessions start
+# at its join time (+ their start-up delay).
+windows = []  # (time, score)
+for j in range(batches):
+    rep = json.load(open(f"{tmp}/batch{j}.json"))
+    for s in rep["per_session"]:
+        start = joined[j] + (s["startup_delay_s"] or 0.0)
+        for k, score in enumerate(s["windows"]):
+            windows.append((start + (k + 0.5) * W, score))
+end = max([x for x, _ in windows] + t)
+bins = int(end // W) + 1
+mos_t, mos_v, under_t = [], [], []
+for b in range(bins):
+    sc = [v for x, v in windows if b * W <= x < (b + 1) * W]
+    if sc:
+        mos_t.append((b + 0.5) * W)
+        mos_v.append(sum(sc) / len(sc))
+        under_t.append(sum(1 for v in sc if v < target) / len(sc))
 
 fig, ax = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-ax[0].plot(t, [e if e is not None else float("nan") for e in est], label="MOS estimated from load (capacity model)")
-ax[0].plot(t, [r if r is not None else float("nan") for r in rep], "o-", label="MOS reported by players (16 s)")
+ax[0].plot(mos_t, mos_v, "o-", label="viewers' mean MOS per 16 s window")
+ax[0].plot(t, est, alpha=0.6, label="MOS the capacity model expects at the load")
 ax[0].axhline(target, color="red", linestyle="--", label=f"target {target}")
 ax[0].set_ylim(1, 5.1)
 ax[0].set_ylabel("MOS")
 ax[0].legend(loc="lower left", fontsize=8)
-ax[1].step(t, vcpus, where="post", label="vCPUs of the vCDN (paris)")
+ax[1].step(t, vcpus, where="post", label="vCPUs of the vCDN")
 ax2 = ax[1].twinx()
-ax2.step(t, demand, where="post", color="gray", alpha=0.5, label="viewers")
+ax2.plot(t, demand, color="gray", alpha=0.5, label="viewers")
 ax[1].set_ylabel("vCPUs")
 ax2.set_ylabel("viewers")
 ax[1].set_xlabel("seconds")
 ax[1].legend(loc="upper left", fontsize=8)
 ax2.legend(loc="upper right", fontsize=8)
-fig.suptitle(f"vcdn elasticity: HD viewers, one vCPU = {share} CPU")
+fig.suptitle(f"vcdn elasticity: HD viewers in one region, one vCPU = {share} CPU")
 fig.tight_layout()
 fig.savefig(f"{out}/elasticity.png", dpi=110)
 
+# A table by minute.
 lines = [
-    "| step | viewers | vCPUs (min-max) | mean MOS | stalls | 16 s windows | under target |",
-    "|---:|---:|---:|---:|---:|---:|---:|",
+    "| minute | viewers (max) | vCPUs (min-max) | mean MOS | 16 s windows | under target |",
+    "|---:|---:|---:|---:|---:|---:|",
 ]
-for i, n, vmin, vmax, mos, stalls, nw, under in table:
-    lines.append(f"| {i} | {n} | {vmin}-{vmax} | {mos:.2f} | {stalls} | {nw} | {under} ({100.0 * under / max(nw, 1):.1f} %) |")
-lines.append(f"| all | | | | | {windows_all} | {under_all} ({100.0 * under_all / max(windows_all, 1):.1f} %) |")
+total = under_total = 0
+for m in range(int(end // 60) + 1):
+    lo, hi = m * 60, (m + 1) * 60
+    sc = [v for x, v in windows if lo <= x < hi]
+    vs = [v for x, v in zip(t, vcpus) if lo <= x < hi] or [0]
+    ds = [d for x, d in zip(t, demand) if lo <= x < hi] or [0]
+    under = sum(1 for v in sc if v < target)
+    total += len(sc)
+    under_total += under
+    mean = f"{sum(sc) / len(sc):.2f}" if sc else "-"
+    lines.append(f"| {m} | {max(ds)} | {min(vs)}-{max(vs)} | {mean} | {len(sc)} | {under} ({100.0 * under / max(len(sc), 1):.1f} %) |")
+lines.append(f"| all | | | | {total} | {under_total} ({100.0 * under_total / max(total, 1):.1f} %) |")
 md = "\n".join(lines)
 open(f"{out}/elasticity.md", "w").write(md + "\n")
 print(md)

@@ -16,6 +16,11 @@ use crate::deployer;
 use crate::planner::{self, Fleet};
 use crate::types::*;
 
+/// Polls (1 s apart, 1 s timeout each) an instance may miss before it is
+/// taken for hung and replaced: an overloaded cache answers late, and
+/// restarting it would only make things worse; a crash is seen at once.
+const UNRESPONSIVE_POLLS: u32 = 8;
+
 pub async fn run(c: Arc<Control>) {
     let mut tick = tokio::time::interval(c.cfg.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -265,7 +270,7 @@ impl Control {
                             "/stats",
                             &[("Authorization", &auth)],
                             b"",
-                            Duration::from_millis(500),
+                            Duration::from_secs(1),
                         )
                         .await
                         .ok()
@@ -278,7 +283,7 @@ impl Control {
                     let Some(v) = stats else {
                         let f = rt.failures.entry(i.id.clone()).or_default();
                         *f += 1;
-                        if *f >= 3 && i.state == InstanceState::Running {
+                        if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
                             hung.push(i.clone());
                             *f = 0;
                         }
@@ -337,7 +342,7 @@ impl Control {
                     &s.id,
                     "unresponsive",
                     &format!(
-                        "instance {} did not answer 3 polls; stopped for replacement",
+                        "instance {} did not answer {UNRESPONSIVE_POLLS} polls in a row; stopped for replacement",
                         i.id
                     ),
                 )

@@ -550,8 +550,13 @@ async fn session(
                         Ok(f) => Err(FetchError::Status(path.clone(), f.status)),
                         Err(e) => Err(e),
                     };
+                    // One idle connection per session, as a player keeps;
+                    // extra ones exist only while requests overlap.
                     if result.is_ok() {
-                        pool.lock().await.push(c);
+                        let mut idle = pool.lock().await;
+                        if idle.is_empty() {
+                            idle.push(c);
+                        }
                     }
                     let secs = at.duration_since(sent).as_secs_f64().max(1e-6);
                     let kbps = result.as_ref().map_or(0.0, |b| *b as f64 * 8.0 / 1000.0 / secs);
