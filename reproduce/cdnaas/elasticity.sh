@@ -106,4 +106,4 @@ kill $SAMPLER 2>/dev/null || true
 curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/elastic/events" >"$TMP/events.json"
 mkdir -p "$OUT"
 cp "$TMP/samples.csv" "$OUT/elasticity.csv"
-python3 "$ROOT/reproduce/cdnaas/plot_elasticity.py" "$TMP" "$OUT" "$TARGET" "$SHARE" "$BATCHES"
+python3 "$ROOT/reproduce/cdnaas/plot_elasticity.py" "$TMP" "$OUT" "$TARGET" "$SHARE" "$BATCHES" "$LIFE" "$BATCH"

@@ -22,8 +22,20 @@ joined = {int(j): float(s) for j, s in csv.reader(open(f"{tmp}/batches.csv"))}
 # Every window of every session, placed in time: a batch's sessions start
 # at its join time (+ their start-up delay).
 windows = []  # (time, score)
+failed_batches = []
 for j in range(batches):
-    rep = json.load(open(f"{tmp}/batch{j}.json"))
+    try:
+        rep = json.load(open(f"{tmp}/batch{j}.json"))
+    except FileNotFoundError:
+        # The batch's player could not even start (its MPD fetch failed):
+        # every window of its viewers counts as a failure (MOS 1).
+        failed_batches.append(j)
+        life = float(sys.argv[6]) if len(sys.argv) > 6 else 190.0
+        n = int(sys.argv[7]) if len(sys.argv) > 7 else 30
+        for _ in range(n):
+            for k in range(int(life // W)):
+                windows.append((joined[j] + (k + 0.5) * W, 1.0))
+        continue
     for s in rep["per_session"]:
         start = joined[j] + (s["startup_delay_s"] or 0.0)
         for k, score in enumerate(s["windows"]):
@@ -74,6 +86,8 @@ for m in range(int(end // 60) + 1):
     mean = f"{sum(sc) / len(sc):.2f}" if sc else "-"
     lines.append(f"| {m} | {max(ds)} | {min(vs)}-{max(vs)} | {mean} | {len(sc)} | {under} ({100.0 * under / max(len(sc), 1):.1f} %) |")
 lines.append(f"| all | | | | {total} | {under_total} ({100.0 * under_total / max(total, 1):.1f} %) |")
+if failed_batches:
+    lines.append(f"\nBatches whose player could not start (counted as MOS 1): {failed_batches}")
 md = "\n".join(lines)
 open(f"{out}/elasticity.md", "w").write(md + "\n")
 print(md)

@@ -91,6 +91,8 @@ pub(crate) struct Runtime {
     pub(crate) reported_mos: HashMap<String, (f64, Instant)>,
     /// When a region was last scaled out for its QoE.
     pub(crate) qoe_scaled: HashMap<String, Instant>,
+    /// Open connections per instance at the last poll.
+    pub(crate) connections: HashMap<String, f64>,
 }
 
 #[derive(Default)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use vcdn_router::config::{CacheEndpoint, ServiceConfig, ServiceRegion};
 
-use crate::types::{Service, ServiceState};
+use crate::types::{InstanceState, Service, ServiceState};
 
 /// The router's admin API.
 #[derive(Debug, Clone)]
@@ -102,6 +102,7 @@ pub fn router_service(s: &Service) -> ServiceConfig {
                 } else {
                     r.instances
                         .iter()
+                        .filter(|i| i.state != InstanceState::Draining)
                         .filter_map(|i| {
                             Some(CacheEndpoint {
                                 address: i.address.parse().ok()?,

@@ -21,6 +21,9 @@ use crate::types::*;
 /// restarting it would only make things worse; a crash is seen at once.
 const UNRESPONSIVE_POLLS: u32 = 8;
 
+/// Longest time a scaled-in instance keeps serving its viewers.
+const DRAIN: Duration = Duration::from_secs(60);
+
 pub async fn run(c: Arc<Control>) {
     let mut tick = tokio::time::interval(c.cfg.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -94,7 +97,9 @@ impl Control {
                     .iter_mut()
                     .flat_map(|r| r.instances.iter_mut())
                 {
-                    if self.vim.alive(&i.id, i.pid, &i.address) {
+                    if i.state == InstanceState::Draining
+                        || self.vim.alive(&i.id, i.pid, &i.address)
+                    {
                         continue;
                     }
                     let old = i.pid;
@@ -171,6 +176,9 @@ impl Control {
             .iter_mut()
             .flat_map(|r| r.instances.iter_mut())
         {
+            if i.state == InstanceState::Draining {
+                continue;
+            }
             if ready.get(&i.id).copied().unwrap_or(false) {
                 i.state = InstanceState::Running;
             } else {
@@ -246,7 +254,7 @@ impl Control {
 
     /// Polls every running instance's statistics: usage, hung instances,
     /// load. Then scales elastic services. `dt` is the time since the last.
-    pub async fn observe(&self, dt: Duration) {
+    pub async fn observe(self: &Arc<Self>, dt: Duration) {
         let services: Vec<Service> = self
             .services
             .lock()
@@ -307,6 +315,11 @@ impl Control {
                     let db = if bytes >= lb { bytes - lb } else { bytes };
                     usage.requests += dr;
                     usage.bytes += db;
+                    rt.connections
+                        .insert(i.id.clone(), v["connections_open"].as_f64().unwrap_or(0.0));
+                    if !i.serving() {
+                        continue;
+                    }
                     let demand = s.spec.regions.iter().find(|d| d.region == r.region);
                     let load = if demand
                         .is_some_and(|d| d.peak_users.is_none() && d.requests_per_s.is_some())
@@ -352,7 +365,7 @@ impl Control {
         }
     }
 
-    async fn autoscale(&self, s: &Service, loads: &HashMap<String, f64>) {
+    async fn autoscale(self: &Arc<Self>, s: &Service, loads: &HashMap<String, f64>) {
         let flavors = match self.flavors().await {
             Ok(f) => f,
             Err(_) => return,
@@ -404,7 +417,8 @@ impl Control {
                     _ => None,
                 }
             };
-            if let (Some(w), true) = (below_target, (r.instances.len() as u32) < t.max_instances) {
+            let serving = r.instances.iter().filter(|i| i.serving()).count() as u32;
+            if let (Some(w), true) = (below_target, serving < t.max_instances) {
                 match self.scale_out(&s.id, &r.region, 1, load).await {
                     Ok(()) => {
                         self.event(
@@ -437,7 +451,7 @@ impl Control {
                     trend,
                     load,
                     r.per_instance.max(1e-9),
-                    r.instances.len() as u32,
+                    serving,
                     t.min_instances.max(1),
                     t.max_instances,
                 )
@@ -541,35 +555,113 @@ impl Control {
         Ok(())
     }
 
-    async fn scale_in(&self, id: &str, region: &str, load: f64) {
-        let (removed, snap, before) = {
+    /// Takes the least busy instance out of the router, lets its viewers
+    /// finish (at most [`DRAIN`]), then stops it. It keeps its host
+    /// capacity and address until then.
+    async fn scale_in(self: &Arc<Self>, id: &str, region: &str, load: f64) {
+        let (leaving, snap, before) = {
             let mut services = self.services.lock().await;
             let Some(s) = services.get_mut(id) else {
                 return;
             };
+            let conns = self
+                .runtime
+                .lock()
+                .get(id)
+                .map(|r| r.connections.clone())
+                .unwrap_or_default();
             let Some(rg) = s.graph.regions.iter_mut().find(|r| r.region == region) else {
                 return;
             };
-            let before = rg.instances.len();
-            let Some(i) = rg.instances.pop() else { return };
-            (i, s.clone(), before)
+            let before = rg.instances.iter().filter(|i| i.serving()).count();
+            let Some(i) = rg
+                .instances
+                .iter_mut()
+                .filter(|i| i.serving())
+                .min_by(|a, b| {
+                    conns
+                        .get(&a.id)
+                        .unwrap_or(&0.0)
+                        .total_cmp(conns.get(&b.id).unwrap_or(&0.0))
+                })
+            else {
+                return;
+            };
+            i.state = InstanceState::Draining;
+            (i.clone(), s.clone(), before)
         };
         self.persist(&snap).await;
-        // The router first, so no user is sent to an instance going away.
+        // The router first, so no new viewer is sent to it.
         if let Err(e) = self.cfg.router.put(&snap).await {
             tracing::warn!(service = id, error = %e, "router update failed");
-        }
-        self.stop_instances(vec![removed.clone()]).await;
-        if let Some(rt) = self.runtime.lock().get_mut(id) {
-            rt.counters.remove(&removed.id);
         }
         self.metrics.scaled_in.fetch_add(1, Ordering::Relaxed);
         self.event(
             id,
             "scaled_in",
             &format!(
-                "{region}: {before} -> {} instances at load {load:.0}",
-                before - 1
+                "{region}: {before} -> {} instances at load {load:.0}; {} drains",
+                before - 1,
+                leaving.id
+            ),
+        )
+        .await;
+        let c = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move { c.drain(&id, leaving).await });
+    }
+
+    async fn drain(&self, id: &str, i: Instance) {
+        let t0 = Instant::now();
+        let auth = format!("Bearer {}", self.instance_token);
+        let mut left = 0.0;
+        if let Ok(addr) = i.admin.parse::<SocketAddr>() {
+            while t0.elapsed() < DRAIN {
+                let r = vcdn_http::client::request(
+                    addr,
+                    "GET",
+                    "/stats",
+                    &[("Authorization", &auth)],
+                    b"",
+                    Duration::from_secs(1),
+                )
+                .await;
+                left = match r
+                    .ok()
+                    .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+                {
+                    Some(v) => v["connections_open"].as_f64().unwrap_or(0.0),
+                    None => 0.0,
+                };
+                if left < 1.0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        self.stop_instances(vec![i.clone()]).await;
+        let snap = {
+            let mut services = self.services.lock().await;
+            let Some(s) = services.get_mut(id) else {
+                return;
+            };
+            for r in &mut s.graph.regions {
+                r.instances.retain(|x| x.id != i.id);
+            }
+            s.clone()
+        };
+        self.persist(&snap).await;
+        if let Some(rt) = self.runtime.lock().get_mut(id) {
+            rt.counters.remove(&i.id);
+            rt.connections.remove(&i.id);
+        }
+        self.event(
+            id,
+            "drained",
+            &format!(
+                "{} stopped after {:.1} s ({left:.0} connections left)",
+                i.id,
+                t0.elapsed().as_secs_f64()
             ),
         )
         .await;

@@ -269,7 +269,17 @@ pub struct Instance {
 pub enum InstanceState {
     Starting,
     Running,
+    /// Leaving (scale-in): out of the router, serving its viewers until
+    /// they are gone or the drain time is up, then stopped.
+    Draining,
     Failed,
+}
+
+impl Instance {
+    /// Counts as capacity of the service (not leaving, not failed).
+    pub fn serving(&self) -> bool {
+        matches!(self.state, InstanceState::Starting | InstanceState::Running)
+    }
 }
 
 /// What a service used.
