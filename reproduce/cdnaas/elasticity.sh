@@ -106,4 +106,5 @@ kill $SAMPLER 2>/dev/null || true
 curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/elastic/events" >"$TMP/events.json"
 mkdir -p "$OUT"
 cp "$TMP/samples.csv" "$OUT/elasticity.csv"
+jq -r '.events[] | [.at_ms, .kind, .detail] | @tsv' "$TMP/events.json" >"$OUT/elasticity-events.tsv"
 python3 "$ROOT/reproduce/cdnaas/plot_elasticity.py" "$TMP" "$OUT" "$TARGET" "$SHARE" "$BATCHES" "$LIFE" "$BATCH"

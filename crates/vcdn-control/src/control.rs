@@ -93,6 +93,8 @@ pub(crate) struct Runtime {
     pub(crate) qoe_scaled: HashMap<String, Instant>,
     /// Open connections per instance at the last poll.
     pub(crate) connections: HashMap<String, f64>,
+    /// When a region last scaled out (no scale-in soon after).
+    pub(crate) scaled_out_at: HashMap<String, Instant>,
 }
 
 #[derive(Default)]

@@ -21,6 +21,9 @@ use crate::types::*;
 /// restarting it would only make things worse; a crash is seen at once.
 const UNRESPONSIVE_POLLS: u32 = 8;
 
+/// No scale-in this soon after a scale-out in the same region.
+const SCALE_IN_AFTER_OUT: Duration = Duration::from_secs(30);
+
 /// Longest time a scaled-in instance keeps serving its viewers.
 const DRAIN: Duration = Duration::from_secs(60);
 
@@ -477,7 +480,19 @@ impl Control {
                         }
                     }
                 }
-                Decision::In => self.scale_in(&s.id, &r.region, load).await,
+                Decision::In => {
+                    // No scale-in right after a scale-out: the new
+                    // instance has only just begun to take viewers.
+                    let recent_out = self
+                        .runtime
+                        .lock()
+                        .get(&s.id)
+                        .and_then(|rt| rt.scaled_out_at.get(&r.region).copied())
+                        .is_some_and(|at| at.elapsed() < SCALE_IN_AFTER_OUT);
+                    if !recent_out {
+                        self.scale_in(&s.id, &r.region, load).await;
+                    }
+                }
             }
         }
     }
@@ -551,6 +566,12 @@ impl Control {
             .await
             .map_err(ControlError::Deploy)?;
         self.metrics.scaled_out.fetch_add(1, Ordering::Relaxed);
+        self.runtime
+            .lock()
+            .entry(id.to_string())
+            .or_default()
+            .scaled_out_at
+            .insert(region.to_string(), Instant::now());
         self.event(id, "scaled_out", &format!("{region}: {before} -> {after} instances at load {load:.0} (each carries {:.0}); serving after {:.1} ms", snap.graph.regions.iter().find(|r| r.region == region).map_or(0.0, |r| r.per_instance), t0.elapsed().as_secs_f64() * 1000.0)).await;
         Ok(())
     }

@@ -622,7 +622,13 @@ async fn session(
     track(&live.playing, was.0, false);
     track(&live.stalled, was.1, false);
     // A finished title ends when its last segment has been played.
-    let t_end = rel(Instant::now().min(end));
+    // A failed session counts to the end of the run: every window after
+    // the failure scores 1 (the paper's rule), not just the ones before.
+    let t_end = if report.failed {
+        rel(end)
+    } else {
+        rel(Instant::now().min(end))
+    };
     let windows = playback.windows(t_end);
     if let Ok(mut r) = live.recent.lock() {
         for w in windows.iter().skip(windows_reported) {

@@ -426,7 +426,7 @@ async fn order_route_fetch_heal_scale_and_delete_a_vcdn() {
     );
     // Load gone: it scales back in.
     drop(conns);
-    let shrunk = eventually(25, || async {
+    let shrunk = eventually(45, || async {
         instances(&up.service(&id).await, "paris").len() < instances(&v, "paris").len()
     })
     .await;
