@@ -19,7 +19,7 @@ use crate::types::*;
 /// Polls (1 s apart, 1 s timeout each) an instance may miss before it is
 /// taken for hung and replaced: an overloaded cache answers late, and
 /// restarting it would only make things worse; a crash is seen at once.
-const UNRESPONSIVE_POLLS: u32 = 8;
+const UNRESPONSIVE_POLLS: u32 = 30;
 
 /// No scale-in this soon after a scale-out in the same region.
 const SCALE_IN_AFTER_OUT: Duration = Duration::from_secs(30);
