@@ -233,7 +233,12 @@ pub fn plan(
 ) -> Result<ServiceGraph, PlanError> {
     let t = &inp.flavor.template;
     let plug = plugin(inp.flavor.kind);
-    let mut used = used_addresses(inp.services);
+    let fleet = Fleet {
+        hosts: inp.hosts,
+        services: inp.services,
+        instance_port: inp.instance_port,
+        admin_port: inp.admin_port,
+    };
     let mut graph = ServiceGraph::default();
     let mut shortages = Vec::new();
     let mut seen = HashSet::new();
@@ -266,47 +271,17 @@ pub fn plan(
             )));
         }
         let dim = plug.dimension(t, d, &inp.spec.quality, inp.model)?;
-        let hosts = free_hosts(inp.hosts, inp.services, &d.region);
-        let free: Vec<HostFree> = hosts.iter().map(|(_, f)| f.clone()).collect();
-        let shape = Shape {
-            vcpus: t.vcpus_per_instance,
-            memory_mib: t.memory_mib_per_instance,
-        };
-        match placement::place(dim.instances as usize, shape, &free, t.placement) {
-            Err(s) => shortages.push(format!(
-                "region {} lacks {} vCPUs and {} MiB ({s})",
-                d.region, s.missing_vcpus, s.missing_memory_mib
-            )),
-            Ok(picks) => {
-                let mut instances = Vec::new();
-                for h in picks {
-                    let ip = next_address(&region.instance_block, &used).ok_or_else(|| {
-                        PlanError::NoCapacity(format!(
-                            "region {}: no free address in {}",
-                            d.region, region.instance_block
-                        ))
-                    })?;
-                    used.insert(ip);
-                    instances.push(Instance {
-                        id: new_id(),
-                        host: hosts[h].0.name.clone(),
-                        address: SocketAddr::from((ip, inp.instance_port)).to_string(),
-                        admin: SocketAddr::from((ip, inp.admin_port)).to_string(),
-                        vcpus: t.vcpus_per_instance,
-                        memory_mib: t.memory_mib_per_instance,
-                        state: InstanceState::Starting,
-                        pid: None,
-                        cpu_limit: String::new(),
-                        started_at: now,
-                    });
-                }
-                graph.regions.push(RegionGraph {
-                    region: d.region.clone(),
-                    vcpus_needed: dim.vcpus_needed,
-                    per_instance: dim.per_instance,
-                    instances,
-                });
-            }
+        // Regions have their own hosts and address blocks, so each is
+        // placed like a scale-out of that region would be.
+        match place_more(&fleet, region, t, dim.instances, new_id, now) {
+            Err(PlanError::NoCapacity(why)) => shortages.push(why),
+            Err(e) => return Err(e),
+            Ok(instances) => graph.regions.push(RegionGraph {
+                region: d.region.clone(),
+                vcpus_needed: dim.vcpus_needed,
+                per_instance: dim.per_instance,
+                instances,
+            }),
         }
     }
     if !shortages.is_empty() {
@@ -341,8 +316,8 @@ pub fn place_more(
     };
     let picks = placement::place(count as usize, shape, &free, t.placement).map_err(|s| {
         PlanError::NoCapacity(format!(
-            "region {} lacks {} vCPUs ({s})",
-            region.name, s.missing_vcpus
+            "region {} lacks {} vCPUs and {} MiB ({s})",
+            region.name, s.missing_vcpus, s.missing_memory_mib
         ))
     })?;
     let mut used = used_addresses(fleet.services);

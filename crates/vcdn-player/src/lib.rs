@@ -660,19 +660,10 @@ struct QoeTarget {
 }
 
 async fn qoe_target(q: &QoeReport) -> Result<QoeTarget, PlayerError> {
-    let rest = q
-        .url
-        .strip_prefix("http://")
-        .ok_or_else(|| PlayerError::Url(format!("{}: QoE reports need an http:// URL", q.url)))?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let addr = tokio::net::lookup_host(authority)
-        .await
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| PlayerError::Url(format!("cannot resolve {authority}")))?;
+    let t = target(&q.url).await?;
     Ok(QoeTarget {
-        addr,
-        path: path.to_string(),
+        addr: t.addr,
+        path: t.path,
         auth: format!("Bearer {}", q.token),
         region: q.region.clone(),
     })
