@@ -50,6 +50,10 @@ impl Conn {
         }
     }
 
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// GET `path`; a 2xx body is read to its end. A connection that the
     /// server closed between requests is reopened once.
     pub async fn get(

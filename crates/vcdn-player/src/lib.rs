@@ -19,6 +19,7 @@ pub mod calibrate;
 pub mod conn;
 pub mod load;
 pub mod playback;
+pub mod servers;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ use vcdn_model::qoe::SessionMos;
 
 use crate::conn::{Conn, FetchError};
 use crate::playback::Playback;
+use crate::servers::{Avoided, Servers};
 
 /// Which representation sessions play.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,6 +56,10 @@ pub struct PlayerOptions {
     /// sessions are spread round robin over `url` and these, as viewers
     /// resolving a name to several caches would be.
     pub mirrors: Vec<String>,
+    /// Resolve the URL's host name at this DNS server (and again when the
+    /// answer's TTL runs out) instead of using a fixed address: sessions
+    /// follow the servers it names (see [`servers`]).
+    pub dns: Option<SocketAddr>,
     pub sessions: usize,
     pub duration: Duration,
     /// Sessions start evenly over this time.
@@ -95,6 +101,7 @@ impl Default for PlayerOptions {
             progress: false,
             qoe_report: None,
             mirrors: Vec::new(),
+            dns: None,
         }
     }
 }
@@ -187,29 +194,42 @@ pub(crate) struct Target {
     pub(crate) path: String,
 }
 
-pub(crate) async fn target(url: &str) -> Result<Target, PlayerError> {
+/// `http://host[:port]/path` as (host, port, path).
+fn split_url(url: &str) -> Result<(&str, u16, &str), PlayerError> {
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| PlayerError::Url(format!("{url}: give an http:// URL")))?;
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
-    let hostport = if authority.contains(':') {
-        authority.to_string()
-    } else {
-        format!("{authority}:80")
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (
+            h,
+            p.parse()
+                .map_err(|_| PlayerError::Url(format!("{url}: bad port '{p}'")))?,
+        ),
+        _ => (authority, 80),
     };
-    let addr = tokio::net::lookup_host(&hostport)
+    Ok((host, port, path))
+}
+
+pub(crate) async fn target(url: &str) -> Result<Target, PlayerError> {
+    let (host, port, path) = split_url(url)?;
+    let addr = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
         .await
         .ok()
         .and_then(|mut a| a.next())
-        .ok_or_else(|| PlayerError::Url(format!("cannot resolve {authority}")))?;
-    let no_query = path.split('?').next().unwrap_or("/");
-    let dir = no_query[..=no_query.rfind('/').unwrap_or(0)].to_string();
+        .ok_or_else(|| PlayerError::Url(format!("cannot resolve {host}")))?;
     Ok(Target {
         addr,
-        dir,
+        dir: dir_of(path),
         path: path.to_string(),
     })
+}
+
+/// The directory of a path (ends with `/`), for relative URLs.
+fn dir_of(path: &str) -> String {
+    let no_query = path.split('?').next().unwrap_or("/");
+    no_query[..=no_query.rfind('/').unwrap_or(0)].to_string()
 }
 
 /// The path to request for a manifest URL (relative to the MPD).
@@ -243,7 +263,8 @@ fn pick(m: &Manifest, q: Quality, throughput_kbps: Option<f64>) -> &Representati
 
 /// Runs every session to the end of `duration` (or of the content).
 pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
-    let t = Arc::new(target(&opts.url).await?);
+    let (servers, t) = servers_of(&opts).await?;
+    let t = Arc::new(t);
     // One MPD fetch up front checks the URL and gives a clear error.
     let mut c = Conn::new(t.addr);
     let got = c
@@ -314,23 +335,19 @@ pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
         })
     });
     let m = Arc::new(m);
-    let mut targets = vec![t.clone()];
-    for mirror in &opts.mirrors {
-        let base = mirror.trim_end_matches('/');
-        targets.push(Arc::new(target(&format!("{base}{}", t.path)).await?));
-    }
     let mut tasks = Vec::with_capacity(opts.sessions);
     for id in 0..opts.sessions {
         let start = begin + opts.ramp.mul_f64(id as f64 / opts.sessions.max(1) as f64);
-        let (t, m, live, lat, opts) = (
-            targets[id % targets.len()].clone(),
+        let (t, servers, m, live, lat, opts) = (
+            t.clone(),
+            servers.clone(),
             m.clone(),
             live.clone(),
             latencies.clone(),
             opts.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            session(id, &opts, &t, &m, &live, &lat, start, end).await
+            session(id, &opts, &t, servers, &m, &live, &lat, start, end).await
         }));
     }
     let mut per_session = Vec::with_capacity(tasks.len());
@@ -356,6 +373,78 @@ pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
         summary: summarize(&per_session, &mut lat, &live, elapsed),
         per_session,
     })
+}
+
+/// The servers of a run (fixed, or from DNS) and the MPD's path; the
+/// target's address is the first session's first choice.
+async fn servers_of(opts: &PlayerOptions) -> Result<(Arc<Servers>, Target), PlayerError> {
+    let (host, port, path) = split_url(&opts.url)?;
+    let servers = match opts.dns {
+        Some(dns) => Servers::from_dns(dns, host, port).await?,
+        None => {
+            let mut addrs = vec![target(&opts.url).await?.addr];
+            for m in &opts.mirrors {
+                addrs.push(target(m).await?.addr);
+            }
+            Servers::fixed(addrs)
+        }
+    };
+    let addr = *servers
+        .ranked(0, &Avoided::default())
+        .first()
+        .ok_or_else(|| PlayerError::Url(format!("{}: no server", opts.url)))?;
+    let t = Target {
+        addr,
+        dir: dir_of(path),
+        path: path.to_string(),
+    };
+    Ok((servers, t))
+}
+
+/// GET `path` for session `id` on its preferred server, over the session's
+/// idle connection to it when there is one. When that fails (no answer in
+/// time, a broken connection, a 5xx) the server is avoided for a while and
+/// the request goes at once to the session's next choice; with one server,
+/// once more on a fresh connection. Keeps one idle connection per session.
+async fn fetch(
+    servers: &Servers,
+    id: usize,
+    avoided: &Avoided,
+    pool: &Mutex<Vec<Conn>>,
+    path: &str,
+    keep_body: bool,
+    timeout: Duration,
+) -> Result<conn::Fetched, FetchError> {
+    let mut tries = servers.ranked(id, avoided);
+    tries.truncate(3);
+    if tries.len() == 1 {
+        tries.push(tries[0]);
+    }
+    let mut last = None;
+    for (k, addr) in tries.into_iter().enumerate() {
+        let pooled = if k == 0 {
+            let mut idle = pool.lock().await;
+            let at = idle.iter().position(|c| c.addr() == addr);
+            at.map(|i| idle.swap_remove(i))
+        } else {
+            None
+        };
+        let mut c = pooled.unwrap_or_else(|| Conn::new(addr));
+        match c.get(path, keep_body, timeout).await {
+            Ok(f) if f.status < 500 => {
+                let mut idle = pool.lock().await;
+                idle.retain(|c| c.addr() == addr);
+                if idle.is_empty() {
+                    idle.push(c);
+                }
+                return Ok(f);
+            }
+            Ok(f) => last = Some(FetchError::Status(path.to_string(), f.status)),
+            Err(e) => last = Some(e),
+        }
+        avoided.add(addr);
+    }
+    Err(last.unwrap_or_else(|| FetchError::Invalid(path.to_string(), "no server to ask".into())))
 }
 
 fn summarize(s: &[SessionReport], lat: &mut [f64], live: &Live, elapsed: f64) -> Summary {
@@ -431,6 +520,7 @@ async fn session(
     id: usize,
     opts: &PlayerOptions,
     t: &Target,
+    servers: Arc<Servers>,
     m: &Manifest,
     live: &Live,
     latencies: &Mutex<Vec<f64>>,
@@ -462,25 +552,26 @@ async fn session(
         .representations
         .last()
         .map_or(1.0, |r| r.bandwidth as f64 / 1000.0);
+    let avoided = Arc::new(Avoided::default());
     // The session's own MPD and initialization fetch, as a player does.
-    let mut c = Conn::new(t.addr);
     let fail = |report: &mut SessionReport, e: String| {
         report.failed = true;
         report.error.get_or_insert(e);
     };
-    match c.get(&t.path, false, opts.request_timeout).await {
+    let timeout = opts.request_timeout;
+    match fetch(&servers, id, &avoided, &pool, &t.path, false, timeout).await {
         Ok(f) if f.status == 200 => report.requests += 1,
         Ok(f) => fail(&mut report, format!("manifest: HTTP {}", f.status)),
         Err(e) => fail(&mut report, e.to_string()),
     }
     if let (false, Some(init)) = (report.failed, &first.init) {
-        match c.get(&path_of(t, init), false, opts.request_timeout).await {
+        let path = path_of(t, init);
+        match fetch(&servers, id, &avoided, &pool, &path, false, timeout).await {
             Ok(f) if f.status == 200 => report.requests += 1,
             Ok(f) => fail(&mut report, format!("{init}: HTTP {}", f.status)),
             Err(e) => fail(&mut report, e.to_string()),
         }
     }
-    pool.lock().await.push(c);
     let (tx, mut rx) = mpsc::channel::<Done>(64);
     let count = first.count().unwrap_or(u64::MAX);
     // When segment `i` may be requested, in seconds after t0: VOD keeps
@@ -532,32 +623,18 @@ async fn session(
                 }
                 let Some(seg) = rep.segment(next) else { next = count; continue };
                 let path = path_of(t, &seg.url);
-                let (pool, tx, timeout, addr) = (pool.clone(), tx.clone(), opts.request_timeout, t.addr);
+                let (pool, tx, servers, avoided) = (pool.clone(), tx.clone(), servers.clone(), avoided.clone());
                 let index = next;
                 in_flight += 1;
                 tokio::spawn(async move {
-                    let mut c = pool.lock().await.pop().unwrap_or_else(|| Conn::new(addr));
                     let sent = Instant::now();
-                    let mut result = c.get(&path, false, timeout).await;
-                    if result.is_err() {
-                        // One retry on a fresh connection.
-                        c = Conn::new(addr);
-                        result = c.get(&path, false, timeout).await;
-                    }
+                    let result = fetch(&servers, id, &avoided, &pool, &path, false, timeout).await;
                     let at = Instant::now();
                     let result = match result {
                         Ok(f) if (200..300).contains(&f.status) => Ok(f.bytes),
                         Ok(f) => Err(FetchError::Status(path.clone(), f.status)),
                         Err(e) => Err(e),
                     };
-                    // One idle connection per session, as a player keeps;
-                    // extra ones exist only while requests overlap.
-                    if result.is_ok() {
-                        let mut idle = pool.lock().await;
-                        if idle.is_empty() {
-                            idle.push(c);
-                        }
-                    }
                     let secs = at.duration_since(sent).as_secs_f64().max(1e-6);
                     let kbps = result.as_ref().map_or(0.0, |b| *b as f64 * 8.0 / 1000.0 / secs);
                     let latency_ms = at.duration_since(due.min(sent)).as_secs_f64() * 1000.0;

@@ -38,7 +38,16 @@ pub struct LoadReport {
     pub bytes: u64,
     pub requests_per_s: f64,
     pub latency_ms: LoadLatency,
+    /// The latency distribution: (fraction of requests, ms) at the
+    /// quantiles of [`CDF_QUANTILES`], for plotting a CDF.
+    pub cdf: Vec<(f64, f64)>,
 }
+
+/// Quantiles of the latency CDF in a report: every 5 % plus the tail.
+pub const CDF_QUANTILES: [f64; 23] = [
+    0.01, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8,
+    0.85, 0.9, 0.95, 0.99, 0.999, 1.0,
+];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadLatency {
@@ -167,6 +176,10 @@ pub async fn load(opts: LoadOptions) -> Result<LoadReport, PlayerError> {
             p999: ms(hist.value_at_quantile(0.999)),
             max: ms(hist.max()),
         },
+        cdf: CDF_QUANTILES
+            .iter()
+            .map(|&q| (q, ms(hist.value_at_quantile(q))))
+            .collect(),
     })
 }
 

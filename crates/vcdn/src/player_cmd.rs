@@ -15,6 +15,11 @@ pub struct PlayerArgs {
     /// sessions are spread round robin over --url and these.
     #[arg(long = "mirror")]
     mirrors: Vec<String>,
+    /// Resolve the URL's host name at this DNS server (e.g. the vCDN
+    /// router's), again whenever the answer's TTL runs out: sessions spread
+    /// over the caches it names and follow them as they come and go.
+    #[arg(long, conflicts_with = "mirrors")]
+    dns: Option<std::net::SocketAddr>,
     /// Concurrent sessions.
     #[arg(long, default_value_t = 1)]
     sessions: usize,
@@ -117,6 +122,7 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
         quality: a.quality,
         progress: !a.quiet,
         mirrors: a.mirrors.clone(),
+        dns: a.dns,
         qoe_report: a.qoe_to.clone().map(|url| vcdn_player::QoeReport {
             url,
             token: a.qoe_token.clone().unwrap_or_default(),
