@@ -12,8 +12,10 @@
 #     and watches for LIFE seconds (BATCHES batches), so the audience grows
 #     to BATCHES x BATCH over BATCHES x JOIN_S seconds and then leaves in the
 #     same way. Each batch is spread over the caches the service has when it
-#     joins (as viewers resolving the name then would be), plays with
-#     `vcdn player` and reports its MOS to the control plane every 16 s.
+#     joins: the players resolve the service's name at the vCDN's DNS
+#     (`vcdn player --dns`) and ask again when the 20 s TTL runs out, so
+#     viewers move to caches that join and off caches that are drained.
+#     Each batch plays with `vcdn player` and reports its MOS every 16 s.
 #  4. Every 2 s the service's instances and MOS are sampled; the players'
 #     JSON reports give every 16 s window's score.
 #
@@ -51,8 +53,9 @@ cleanup() {
 trap cleanup EXIT
 
 log "calibrating one vCPU = $SHARE CPU"
-"$V" calibrate --cpus "$SHARE" --vcpu-share "$SHARE" --seconds 3 --out "$TMP/capacity.toml" >&2
-"$V" up --demo --data-dir "$TMP/data" --api "$API" --dns "127.0.0.1:$((PORT + 1))" --http "127.0.0.1:$((PORT + 2))" \
+"$V" calibrate --cpus "$SHARE" --vcpu-share "$SHARE" --seconds 5 --video-seconds 32 --out "$TMP/capacity.toml" >&2
+DNS=127.0.0.1:$((PORT + 1))
+"$V" up --demo --data-dir "$TMP/data" --api "$API" --dns "$DNS" --http "127.0.0.1:$((PORT + 2))" \
   --router-admin "127.0.0.1:$((PORT + 3))" --demo-origin "127.0.0.1:$((PORT + 4))" --instance-port "$IPORT" \
   --instance-admin-port "$((PORT + 61))" --operator-token op --vcpu-share "$SHARE" \
   --capacity-model "$TMP/capacity.toml" >"$TMP/up.log" 2>&1 &
@@ -86,12 +89,9 @@ for j in $(seq 0 $((BATCHES - 1))); do
   sleep_until=$(echo "$T0 + $j * $JOIN_S" | bc)
   while (( $(echo "$(date +%s.%N) < $sleep_until" | bc) )); do sleep 0.1; done
   echo $(( (j + 1) * BATCH )) >"$TMP/demand"
-  urls=($(curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/elastic" | jq -r '.graph.regions[0].instances[].address'))
-  mirrors=()
-  for a in "${urls[@]:1}"; do mirrors+=(--mirror "http://$a"); done
-  log "batch $j: $BATCH viewers join over ${#urls[@]} cache(s) for ${LIFE}s"
+  log "batch $j: $BATCH viewers join for ${LIFE}s"
   echo "$j,$(echo "$(date +%s.%N) - $T0" | bc)" >>"$TMP/batches.csv"
-  "$V" player --quiet --url "http://${urls[0]}/dash/vod/film/manifest.mpd" "${mirrors[@]}" \
+  "$V" player --quiet --url "http://live.demo.example:$IPORT/dash/vod/film/manifest.mpd" --dns "$DNS" \
     --sessions "$BATCH" --duration "$LIFE" --ramp 2 --quality highest --report "$TMP/batch$j.json" \
     --qoe-to "http://$API/v1/services/elastic/qoe" --qoe-token "$KEY" --qoe-region paris >"$TMP/batch$j.txt" 2>&1 &
   PLAYERS+=($!)
