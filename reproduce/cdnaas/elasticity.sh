@@ -22,13 +22,15 @@
 # Output: OUT/elasticity.csv, OUT/elasticity.png and a markdown table on
 # stdout (and OUT/elasticity.md). Traffic stays on loopback.
 #
-# Environment: SHARE=0.01 TARGET=4.0 BATCH=30 BATCHES=18 JOIN_S=10 LIFE=190
+# Environment: SHARE=0.05 TARGET=4.0 BATCH=150 BATCHES=18 JOIN_S=10 LIFE=190
 #              OUT=docs  SKIP_BUILD=1 (skip cargo build)
+#              CAPACITY=FILE (a capacity model to use instead of calibrating)
+#              KEEP=1 (keep the players' reports and logs in OUT/elasticity-run/)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-SHARE=${SHARE:-0.01}
+SHARE=${SHARE:-0.05}
 TARGET=${TARGET:-4.0}
-BATCH=${BATCH:-30}
+BATCH=${BATCH:-150}
 BATCHES=${BATCHES:-18}
 JOIN_S=${JOIN_S:-10}
 LIFE=${LIFE:-190}
@@ -52,8 +54,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-log "calibrating one vCPU = $SHARE CPU"
-"$V" calibrate --cpus "$SHARE" --vcpu-share "$SHARE" --seconds 5 --video-seconds 32 --out "$TMP/capacity.toml" >&2
+if [[ -n ${CAPACITY:-} ]]; then
+  cp "$CAPACITY" "$TMP/capacity.toml"
+else
+  log "calibrating one vCPU = $SHARE CPU"
+  "$V" calibrate --cpus "$SHARE" --vcpu-share "$SHARE" --seconds 5 --video-seconds 32 --out "$TMP/capacity.toml" >&2
+fi
 DNS=127.0.0.1:$((PORT + 1))
 "$V" up --demo --data-dir "$TMP/data" --api "$API" --dns "$DNS" --http "127.0.0.1:$((PORT + 2))" \
   --router-admin "127.0.0.1:$((PORT + 3))" --demo-origin "127.0.0.1:$((PORT + 4))" --instance-port "$IPORT" \
@@ -106,5 +112,11 @@ kill $SAMPLER 2>/dev/null || true
 curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/elastic/events" >"$TMP/events.json"
 mkdir -p "$OUT"
 cp "$TMP/samples.csv" "$OUT/elasticity.csv"
+cp "$TMP/capacity.toml" "$OUT/elasticity-capacity.toml"
+if [[ ${KEEP:-0} == 1 ]]; then
+  rm -rf "$OUT/elasticity-run" && mkdir -p "$OUT/elasticity-run"
+  cp "$TMP"/batch* "$TMP/up.log" "$OUT/elasticity-run/"
+  cp -r "$TMP/data/logs" "$OUT/elasticity-run/instance-logs" 2>/dev/null || true
+fi
 jq -r '.events[] | [.at_ms, .kind, .detail] | @tsv' "$TMP/events.json" >"$OUT/elasticity-events.tsv"
 python3 "$ROOT/reproduce/cdnaas/plot_elasticity.py" "$TMP" "$OUT" "$TARGET" "$SHARE" "$BATCHES" "$LIFE" "$BATCH"

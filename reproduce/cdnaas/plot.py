@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402,F401
 
 OUT = Path(sys.argv[1])
 RAW = OUT / "raw"
@@ -131,6 +132,8 @@ for a, t, y in zip(axes, ("Fig. 10: mean MOS", "Fig. 11: interruptions per minut
     a.set_ylabel(y)
     a.grid(alpha=0.3)
     a.legend(fontsize=8)
+for a in axes:
+    a.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x / 1000:.0f}K"))
 axes[0].set_ylim(1, 5.1)
 axes[2].set_ylim(0, 1.05)
 fig.tight_layout()

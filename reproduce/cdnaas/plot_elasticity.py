@@ -2,6 +2,7 @@
 over time, and the share of 16 s windows under the target."""
 import csv
 import json
+import re
 import sys
 
 import matplotlib
@@ -23,6 +24,8 @@ joined = {int(j): float(s) for j, s in csv.reader(open(f"{tmp}/batches.csv"))}
 # at its join time (+ their start-up delay).
 windows = []  # (time, score)
 failed_batches = []
+reasons = {}  # why sessions failed: count by error, numbers masked
+
 for j in range(batches):
     try:
         rep = json.load(open(f"{tmp}/batch{j}.json"))
@@ -30,6 +33,12 @@ for j in range(batches):
         # The batch's player could not even start (its MPD fetch failed):
         # every window of its viewers counts as a failure (MOS 1).
         failed_batches.append(j)
+        try:
+            err = open(f"{tmp}/batch{j}.txt").read().strip().splitlines()[-1]
+        except (FileNotFoundError, IndexError):
+            err = "no output"
+        key = re.sub(r"[0-9]+", "N", f"player could not start: {err}")
+        reasons[key] = reasons.get(key, 0) + 1
         life = float(sys.argv[6]) if len(sys.argv) > 6 else 190.0
         n = int(sys.argv[7]) if len(sys.argv) > 7 else 30
         for _ in range(n):
@@ -37,6 +46,9 @@ for j in range(batches):
                 windows.append((joined[j] + (k + 0.5) * W, 1.0))
         continue
     for s in rep["per_session"]:
+        if s.get("failed"):
+            key = re.sub(r"[0-9]+", "N", s.get("error") or "unknown")
+            reasons[key] = reasons.get(key, 0) + 1
         start = joined[j] + (s["startup_delay_s"] or 0.0)
         for k, score in enumerate(s["windows"]):
             windows.append((start + (k + 0.5) * W, score))
@@ -88,6 +100,10 @@ for m in range(int(end // 60) + 1):
 lines.append(f"| all | | | | {total} | {under_total} ({100.0 * under_total / max(total, 1):.1f} %) |")
 if failed_batches:
     lines.append(f"\nBatches whose player could not start (counted as MOS 1): {failed_batches}")
+if reasons:
+    lines.append("\nWhy sessions failed (count, error with numbers masked):")
+    for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:8]:
+        lines.append(f"- {n}: {k}")
 md = "\n".join(lines)
 open(f"{out}/elasticity.md", "w").write(md + "\n")
 print(md)

@@ -93,6 +93,10 @@ pub(crate) struct Runtime {
     pub(crate) qoe_scaled: HashMap<String, Instant>,
     /// Open connections per instance at the last poll.
     pub(crate) connections: HashMap<String, f64>,
+    /// Load per instance at its last answered poll: an instance too busy
+    /// to answer a poll in time still carries it (counting it as 0 would
+    /// hide the overload that made it late).
+    pub(crate) last_load: HashMap<String, f64>,
     /// When a region last scaled out (no scale-in soon after).
     pub(crate) scaled_out_at: HashMap<String, Instant>,
 }

@@ -298,6 +298,10 @@ impl Control {
                             hung.push(i.clone());
                             *f = 0;
                         }
+                        if i.serving() {
+                            let last = rt.last_load.get(&i.id).copied().unwrap_or(0.0);
+                            *loads.entry(r.region.clone()).or_default() += last;
+                        }
                         continue;
                     };
                     rt.failures.remove(&i.id);
@@ -331,6 +335,7 @@ impl Control {
                     } else {
                         v["connections_open"].as_f64().unwrap_or(0.0)
                     };
+                    rt.last_load.insert(i.id.clone(), load);
                     *loads.entry(r.region.clone()).or_default() += load;
                 }
             }
@@ -675,6 +680,7 @@ impl Control {
         if let Some(rt) = self.runtime.lock().get_mut(id) {
             rt.counters.remove(&i.id);
             rt.connections.remove(&i.id);
+            rt.last_load.remove(&i.id);
         }
         self.event(
             id,

@@ -32,8 +32,11 @@ pub struct CalibrateOptions {
     pub cpus: f64,
     /// CPU time one vCPU stands for (1.0: results per whole CPU).
     pub vcpu_share: f64,
-    /// Length of each measured run.
+    /// Length of each measured throughput and latency run.
     pub run: Duration,
+    /// Length of each video run: long enough for stalls to show (players
+    /// keep a few segments of buffer) and for whole 16 s MOS windows.
+    pub video_run: Duration,
     pub progress: bool,
 }
 
@@ -54,8 +57,11 @@ pub async fn calibrate(opts: CalibrateOptions) -> Result<CapacityModel, PlayerEr
     let cpus = (opts.cpus / opts.vcpu_share.max(0.01)).max(0.01);
     let mut model = CapacityModel {
         source: format!(
-            "vcdn calibrate: vcdn cache held to {cpus} CPU, {} s runs",
-            opts.run.as_secs_f64()
+            "vcdn calibrate: vcdn cache held to {} CPU ({cpus} vCPU of {} CPU), {} s runs, {} s video runs",
+            opts.cpus,
+            opts.vcpu_share,
+            opts.run.as_secs_f64(),
+            opts.video_run.as_secs_f64()
         ),
         throughput: Vec::new(),
         video: Vec::new(),
@@ -82,7 +88,7 @@ pub async fn calibrate(opts: CalibrateOptions) -> Result<CapacityModel, PlayerEr
         say(
             &opts,
             format!(
-                "{bytes} B: {:.0} requests/s ({per_cpu:.0} per CPU), {} errors",
+                "{bytes} B: {:.0} requests/s ({per_cpu:.0} per vCPU), {} errors",
                 r.requests_per_s, r.errors
             ),
         );
@@ -123,7 +129,7 @@ pub async fn calibrate(opts: CalibrateOptions) -> Result<CapacityModel, PlayerEr
         let report = run(PlayerOptions {
             url: format!("{base}/dash/vod/calibration/manifest.mpd"),
             sessions,
-            duration: opts.run.max(Duration::from_secs(5)),
+            duration: opts.video_run,
             ramp: Duration::from_secs(2),
             quality: Quality::Highest,
             ..PlayerOptions::default()

@@ -53,8 +53,8 @@ pub struct PlayerOptions {
     /// `http://host:port/path/manifest.mpd`
     pub url: String,
     /// More servers of the same content (`http://host:port`, same path):
-    /// sessions are spread round robin over `url` and these, as viewers
-    /// resolving a name to several caches would be.
+    /// sessions are spread over `url` and these (see [`servers`]), as
+    /// viewers resolving a name to several caches would be.
     pub mirrors: Vec<String>,
     /// Resolve the URL's host name at this DNS server (and again when the
     /// answer's TTL runs out) instead of using a fixed address: sessions
@@ -201,20 +201,30 @@ fn split_url(url: &str) -> Result<(&str, u16, &str), PlayerError> {
         .ok_or_else(|| PlayerError::Url(format!("{url}: give an http:// URL")))?;
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (
-            h,
-            p.parse()
-                .map_err(|_| PlayerError::Url(format!("{url}: bad port '{p}'")))?,
-        ),
-        _ => (authority, 80),
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (h, after) = v6
+                .split_once(']')
+                .ok_or_else(|| PlayerError::Url(format!("{url}: unclosed '['")))?;
+            (h, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        Some(p) => p
+            .parse()
+            .map_err(|_| PlayerError::Url(format!("{url}: bad port '{p}'")))?,
+        None => 80,
     };
     Ok((host, port, path))
 }
 
 pub(crate) async fn target(url: &str) -> Result<Target, PlayerError> {
     let (host, port, path) = split_url(url)?;
-    let addr = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
+    let addr = tokio::net::lookup_host((host, port))
         .await
         .ok()
         .and_then(|mut a| a.next())
@@ -815,4 +825,26 @@ pub fn describe(r: &Report) -> String {
         s.latency_ms.p99,
         s.latency_ms.max,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_url;
+
+    #[test]
+    fn urls_split_into_host_port_and_path() {
+        assert_eq!(
+            split_url("http://a.example/x/m.mpd").unwrap(),
+            ("a.example", 80, "/x/m.mpd")
+        );
+        assert_eq!(
+            split_url("http://127.0.0.1:8080").unwrap(),
+            ("127.0.0.1", 8080, "/")
+        );
+        assert_eq!(split_url("http://[::1]:81/m").unwrap(), ("::1", 81, "/m"));
+        assert_eq!(split_url("http://[::1]/m").unwrap(), ("::1", 80, "/m"));
+        assert!(split_url("http://a:x/m").is_err());
+        assert!(split_url("https://a/m").is_err());
+        assert!(split_url("http://[::1/m").is_err());
+    }
 }

@@ -10,7 +10,8 @@
 //! the session's id (`vcdn_policy::hashing`): sessions spread evenly, and
 //! when a server joins or leaves only the sessions it wins or held move
 //! (1/n of them), not all. A server that failed a session's request is
-//! avoided by that session for [`AVOID`], which sends it to its next choice.
+//! avoided by that session for [`AVOID`], which sends it to its next choice;
+//! the servers of the previous answer come after the current ones.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket as StdUdp};
@@ -38,14 +39,23 @@ struct List {
     addrs: Vec<SocketAddr>,
     /// `addrs` as text: the names rendezvous hashing scores.
     names: Vec<String>,
+    /// The servers of the answer before, tried after these: a session
+    /// whose new servers fail goes back to one it knows, as a resolver
+    /// serving stale would let it.
+    before: Vec<SocketAddr>,
 }
 
 impl List {
-    fn new(mut addrs: Vec<SocketAddr>) -> Arc<List> {
+    fn new(mut addrs: Vec<SocketAddr>, before: Vec<SocketAddr>) -> Arc<List> {
         addrs.sort();
         addrs.dedup();
         let names = addrs.iter().map(|a| a.to_string()).collect();
-        Arc::new(List { addrs, names })
+        let before = before.into_iter().filter(|a| !addrs.contains(a)).collect();
+        Arc::new(List {
+            addrs,
+            names,
+            before,
+        })
     }
 }
 
@@ -73,7 +83,7 @@ impl Servers {
     /// A list that never changes.
     pub fn fixed(addrs: Vec<SocketAddr>) -> Arc<Servers> {
         Arc::new(Servers {
-            current: RwLock::new(List::new(addrs)),
+            current: RwLock::new(List::new(addrs, Vec::new())),
         })
     }
 
@@ -88,7 +98,7 @@ impl Servers {
             .await
             .map_err(|e| PlayerError::Url(format!("resolving {name} at {dns}: {e}")))?;
         let servers = Arc::new(Servers {
-            current: RwLock::new(List::new(addrs)),
+            current: RwLock::new(List::new(addrs, Vec::new())),
         });
         let weak: Weak<Servers> = Arc::downgrade(&servers);
         let name = name.to_string();
@@ -102,7 +112,8 @@ impl Servers {
                         if let Ok(mut c) = s.current.write() {
                             if c.addrs != addrs {
                                 tracing::info!(%name, servers = ?addrs, "servers changed");
-                                *c = List::new(addrs);
+                                let before = c.addrs.clone();
+                                *c = List::new(addrs, before);
                             }
                         }
                         wait = ttl;
@@ -128,6 +139,7 @@ impl Servers {
         let mut order: Vec<SocketAddr> = vcdn_policy::hashing::ranking(&list.names, session as u64)
             .into_iter()
             .map(|i| list.addrs[i])
+            .chain(list.before.iter().copied())
             .collect();
         order.sort_by_key(|a| avoided.contains(a));
         order
@@ -212,7 +224,9 @@ fn answer(m: &[u8], id: u16) -> Result<Option<(Vec<Ipv4Addr>, Duration)>, String
     }
     match m[3] & 0x0f {
         0 => {}
+        2 => return Err("the DNS server failed (SERVFAIL)".into()),
         3 => return Err("no such name (NXDOMAIN)".into()),
+        5 => return Err("the DNS server refused: it does not serve this name (REFUSED)".into()),
         rcode => return Err(format!("the DNS server answered rcode {rcode}")),
     }
     let (qd, an) = (u16_at(4)?, u16_at(6)?);
@@ -302,7 +316,7 @@ mod tests {
             let n = before.iter().filter(|&&b| b == a).count();
             assert!((800..1200).contains(&n), "{a} has {n} of 3000 sessions");
         }
-        *s.current.write().unwrap() = List::new(addrs(4));
+        *s.current.write().unwrap() = List::new(addrs(4), addrs(3));
         let after: Vec<SocketAddr> = (0..3000).map(|i| s.ranked(i, &none)[0]).collect();
         let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
         let new = SocketAddr::from(([127, 10, 0, 4], 80));
@@ -312,5 +326,13 @@ mod tests {
         avoid.add(after[0]);
         assert_ne!(s.ranked(0, &avoid)[0], after[0]);
         assert_eq!(s.ranked(0, &avoid).len(), 4);
+        // A new answer that fails: the session goes back to the old ones.
+        let origin = SocketAddr::from(([127, 0, 0, 1], 80));
+        *s.current.write().unwrap() = List::new(vec![origin], addrs(4));
+        let r = s.ranked(7, &none);
+        assert_eq!(r[0], origin);
+        assert_eq!(r.len(), 5);
+        avoid.add(origin);
+        assert_ne!(s.ranked(7, &avoid)[0], origin);
     }
 }

@@ -101,16 +101,22 @@ pub struct HealthConfig {
     pub timeout_ms: u64,
     /// Consecutive good polls before a failed cache returns.
     pub rise: u32,
+    /// Consecutive polls without an answer in time before a cache leaves.
+    /// An overloaded cache is slow, not dead: taking it out at its first
+    /// late answer sends its users to the origin. A refused connection or
+    /// a bad answer takes a cache out at once.
+    pub fall: u32,
 }
 
 impl Default for HealthConfig {
     fn default() -> Self {
-        // A dead cache is out after one failed poll: within interval +
-        // timeout = 600 ms, inside the 1 s the router promises.
+        // A dead cache (its port refuses) is out after one poll, within
+        // the 200 ms interval; a hung one after 3 polls of 400 ms.
         HealthConfig {
             interval_ms: 200,
             timeout_ms: 400,
             rise: 2,
+            fall: 3,
         }
     }
 }
@@ -264,8 +270,12 @@ impl RouterConfig {
         if self.sizing_interval_ms < 10 {
             return bad("sizing_interval_ms must be at least 10".into());
         }
-        if self.health.interval_ms == 0 || self.health.timeout_ms == 0 {
-            return bad("health.interval_ms and health.timeout_ms must be positive".into());
+        if self.health.interval_ms == 0
+            || self.health.timeout_ms == 0
+            || self.health.rise == 0
+            || self.health.fall == 0
+        {
+            return bad("health.interval_ms, timeout_ms, rise and fall must be positive".into());
         }
         let mut regions: HashSet<&str> = self.regions.iter().map(|r| r.name.as_str()).collect();
         for r in &self.regions {

@@ -1,8 +1,12 @@
 //! Health checks: every cache's `/healthz` (or a TCP connect when it has
-//! no admin address) polled every `interval`. One failed poll takes a cache
-//! out of DNS answers and HTTP routing at once; `rise` good polls in a row
-//! bring it back. Load comes with the answer: at `max_connections` open
-//! connections a cache counts as overloaded and leaves the answers too.
+//! no admin address) polled every `interval`. A poll that is refused or
+//! answered badly takes a cache out of DNS answers and HTTP routing at
+//! once; polls that get no answer in time take it out after `fall` in a row
+//! (an overloaded cache answers late, and its users are better served by it
+//! than by the origin; a region whose caches are all late keeps them in its
+//! answers as a last resort); `rise` good polls in a row bring it back. Load comes
+//! with the answer: at `max_connections` open connections a cache counts as
+//! overloaded and leaves the answers too.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,7 +19,9 @@ use crate::state::{CacheState, Router};
 pub async fn run(router: Arc<Router>, cfg: HealthConfig) {
     let interval = Duration::from_millis(cfg.interval_ms);
     let timeout = Duration::from_millis(cfg.timeout_ms);
-    let mut streaks: std::collections::HashMap<std::net::SocketAddr, u32> = Default::default();
+    // Per cache: good polls in a row, late polls in a row.
+    let mut streaks: std::collections::HashMap<std::net::SocketAddr, (u32, u32)> =
+        Default::default();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -23,24 +29,30 @@ pub async fn run(router: Arc<Router>, cfg: HealthConfig) {
         let caches = router.caches();
         let checks = caches.iter().map(|c| check(c.clone(), timeout));
         let results = futures_join(checks).await;
-        for (c, ok) in caches.iter().zip(results) {
+        for (c, poll) in caches.iter().zip(results) {
             router.metrics.health_checks.fetch_add(1, Ordering::Relaxed);
             let addr = c.endpoint.address;
-            if ok {
-                let s = streaks.entry(addr).or_insert(0);
-                *s += 1;
-                if !c.alive.load(Ordering::Relaxed) && *s >= cfg.rise {
-                    c.alive.store(true, Ordering::Relaxed);
-                    tracing::info!(cache = %addr, "cache is healthy again");
+            let (good, late) = streaks.entry(addr).or_insert((0, 0));
+            match poll {
+                Poll::Up => {
+                    (*good, *late) = (*good + 1, 0);
+                    c.late.store(false, Ordering::Relaxed);
+                    if !c.alive.load(Ordering::Relaxed) && *good >= cfg.rise {
+                        c.alive.store(true, Ordering::Relaxed);
+                        tracing::info!(cache = %addr, "cache is healthy again");
+                    }
                 }
-            } else {
-                router
-                    .metrics
-                    .health_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                streaks.insert(addr, 0);
-                if c.alive.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(cache = %addr, "cache failed its health check; out of rotation");
+                Poll::Down | Poll::Late => {
+                    router
+                        .metrics
+                        .health_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    (*good, *late) = (0, *late + u32::from(poll == Poll::Late));
+                    let out = poll == Poll::Down || *late >= cfg.fall;
+                    c.late.store(poll == Poll::Late, Ordering::Relaxed);
+                    if out && c.alive.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(cache = %addr, ?poll, "cache failed its health check; out of rotation");
+                    }
                 }
             }
         }
@@ -48,32 +60,48 @@ pub async fn run(router: Arc<Router>, cfg: HealthConfig) {
     }
 }
 
+/// What one poll found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Poll {
+    Up,
+    /// Refused, broken or answered badly: out at once.
+    Down,
+    /// No answer within the timeout: out after `fall` in a row.
+    Late,
+}
+
 /// Runs all checks concurrently (each bounded by its own timeout).
-async fn futures_join<F: std::future::Future<Output = bool> + Send + 'static>(
+async fn futures_join<F: std::future::Future<Output = Poll> + Send + 'static>(
     futs: impl Iterator<Item = F>,
-) -> Vec<bool> {
+) -> Vec<Poll> {
     let handles: Vec<_> = futs.map(tokio::spawn).collect();
     let mut out = Vec::with_capacity(handles.len());
     for h in handles {
-        out.push(h.await.unwrap_or(false));
+        out.push(h.await.unwrap_or(Poll::Down));
     }
     out
 }
 
-async fn check(c: Arc<CacheState>, timeout: Duration) -> bool {
+async fn check(c: Arc<CacheState>, timeout: Duration) -> Poll {
     let Some(admin) = c.endpoint.admin else {
-        return matches!(
-            tokio::time::timeout(timeout, tokio::net::TcpStream::connect(c.endpoint.address)).await,
-            Ok(Ok(_))
-        );
+        let conn = tokio::net::TcpStream::connect(c.endpoint.address);
+        return match tokio::time::timeout(timeout, conn).await {
+            Ok(Ok(_)) => Poll::Up,
+            Ok(Err(_)) => Poll::Down,
+            Err(_) => Poll::Late,
+        };
     };
     let resp = vcdn_http::client::request(admin, "GET", "/healthz", &[], b"", timeout).await;
-    let Ok(resp) = resp else { return false };
+    let resp = match resp {
+        Ok(r) => r,
+        Err(vcdn_http::client::ClientError::Timeout(..)) => return Poll::Late,
+        Err(_) => return Poll::Down,
+    };
     if resp.status() != 200 {
-        return false;
+        return Poll::Down;
     }
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(&resp.body) else {
-        return false;
+        return Poll::Down;
     };
     let n = |k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
     let conns = n("connections");
@@ -91,5 +119,5 @@ async fn check(c: Arc<CacheState>, timeout: Duration) -> bool {
             tracing::info!(cache = %c.endpoint.address, conns, "cache no longer overloaded");
         }
     }
-    true
+    Poll::Up
 }

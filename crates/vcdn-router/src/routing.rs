@@ -125,7 +125,9 @@ impl Snapshot {
         }
     }
 
-    /// The healthy caches that serve a client of `region` for `svc`.
+    /// The healthy caches that serve a client of `region` for `svc`, else
+    /// the nearest region's; else caches that are only late (busy, not
+    /// dead), nearest first; else the origin.
     pub fn choose<'a>(&self, svc: &'a Service, region: Option<usize>) -> Choice<'a> {
         let healthy = |r: usize| -> Vec<&'a Arc<EdgeCache>> {
             svc.regions
@@ -133,6 +135,17 @@ impl Snapshot {
                 .filter(|(ri, _)| *ri == r)
                 .flat_map(|(_, cs)| cs.iter())
                 .filter(|c| c.state.is_available())
+                .collect()
+        };
+        // Busy but answering: when no region has a healthy cache, better
+        // than the origin, which would take every user at once (a panic
+        // mode, as load balancers ignore health when too few hosts pass).
+        let late = |r: usize| -> Vec<&'a Arc<EdgeCache>> {
+            svc.regions
+                .iter()
+                .filter(|(ri, _)| *ri == r)
+                .flat_map(|(_, cs)| cs.iter())
+                .filter(|c| c.state.is_late())
                 .collect()
         };
         if let Some(r) = region {
@@ -158,12 +171,21 @@ impl Snapshot {
                 })
                 .collect();
             others.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            for (_, _, ri) in others {
+            for (_, _, ri) in others.iter().copied() {
                 let there = healthy(ri);
                 if !there.is_empty() {
                     return Choice::Caches {
                         region: Some(ri),
                         caches: there,
+                    };
+                }
+            }
+            for ri in std::iter::once(r).chain(others.iter().map(|o| o.2)) {
+                let busy = late(ri);
+                if !busy.is_empty() {
+                    return Choice::Caches {
+                        region: Some(ri),
+                        caches: busy,
                     };
                 }
             }
@@ -175,6 +197,15 @@ impl Snapshot {
             .flat_map(|(_, cs)| cs.iter())
             .filter(|c| c.state.is_available())
             .collect();
+        let all = if all.is_empty() {
+            svc.regions
+                .iter()
+                .flat_map(|(_, cs)| cs.iter())
+                .filter(|c| c.state.is_late())
+                .collect()
+        } else {
+            all
+        };
         if all.is_empty() {
             Choice::Origin
         } else {

@@ -31,6 +31,10 @@ pub struct CacheState {
     pub endpoint: CacheEndpoint,
     /// Answered its last health check (and `rise` before it after a failure).
     pub alive: AtomicBool,
+    /// Out of rotation only because its health checks came late (not
+    /// refused): it is busy, not dead, and still the best choice when its
+    /// region has nothing better (see `routing::Snapshot::choose`).
+    pub late: AtomicBool,
     /// At or above `max_connections`.
     pub overloaded: AtomicBool,
     pub connections: AtomicU64,
@@ -50,6 +54,7 @@ impl CacheState {
             // interval after start), so a router restart does not send a
             // whole region to the origin.
             alive: AtomicBool::new(true),
+            late: AtomicBool::new(false),
             overloaded: AtomicBool::new(false),
             connections: AtomicU64::new(0),
             capacity_bytes: AtomicU64::new(0),
@@ -63,6 +68,11 @@ impl CacheState {
     /// Alive and not overloaded: may appear in answers.
     pub fn is_available(&self) -> bool {
         self.alive.load(Ordering::Relaxed) && !self.overloaded.load(Ordering::Relaxed)
+    }
+
+    /// Out of rotation but answering, only late: usable as a last resort.
+    pub fn is_late(&self) -> bool {
+        !self.alive.load(Ordering::Relaxed) && self.late.load(Ordering::Relaxed)
     }
 
     pub fn count_admission(&self, a: Admission) {

@@ -22,9 +22,13 @@ pub struct CalibrateArgs {
     /// are per such vCPU.
     #[arg(long, default_value_t = 1.0)]
     vcpu_share: f64,
-    /// Seconds per measured run.
+    /// Seconds per measured throughput and latency run.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Seconds per video run (viewers need time to drain their buffers
+    /// before a server that is too slow shows as stalls).
+    #[arg(long, default_value_t = 32.0)]
+    video_seconds: f64,
 }
 
 fn free_addr() -> Result<SocketAddr, String> {
@@ -39,8 +43,11 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
         || a.cpus > 64.0
         || a.seconds.is_nan()
         || !(1.0..=3600.0).contains(&a.seconds)
+        || !(1.0..=3600.0).contains(&a.video_seconds)
     {
-        return Err("give --cpus from 0.01 to 64 and --seconds from 1 to 3600".into());
+        return Err(
+            "give --cpus from 0.01 to 64 and --seconds and --video-seconds from 1 to 3600".into(),
+        );
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -85,6 +92,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
                 cpus: a.cpus,
                 vcpu_share: a.vcpu_share,
                 run: Duration::from_secs_f64(a.seconds),
+                video_run: Duration::from_secs_f64(a.video_seconds),
                 progress: true,
             })
             .await
@@ -99,9 +107,10 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     let model = result?;
     let text = format!(
-        "# Written by `vcdn calibrate --cpus {} --seconds {}`.\n{}",
+        "# Written by `vcdn calibrate --cpus {} --seconds {} --video-seconds {}`.\n{}",
         a.cpus,
         a.seconds,
+        a.video_seconds,
         model.to_toml()
     );
     std::fs::write(&a.out, text).map_err(|e| format!("cannot write {}: {e}", a.out.display()))?;

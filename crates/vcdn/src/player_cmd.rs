@@ -12,7 +12,7 @@ pub struct PlayerArgs {
     #[arg(long)]
     url: String,
     /// More servers of the same content, http://host:port (repeat):
-    /// sessions are spread round robin over --url and these.
+    /// sessions are spread evenly over --url and these.
     #[arg(long = "mirror")]
     mirrors: Vec<String>,
     /// Resolve the URL's host name at this DNS server (e.g. the vCDN

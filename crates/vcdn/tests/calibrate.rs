@@ -11,7 +11,16 @@ fn calibrate_writes_a_usable_capacity_model() {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("capacity.toml");
     let run = Command::new(env!("CARGO_BIN_EXE_vcdn"))
-        .args(["calibrate", "--cpus", "0.1", "--seconds", "1", "--out"])
+        .args([
+            "calibrate",
+            "--cpus",
+            "0.1",
+            "--seconds",
+            "1",
+            "--video-seconds",
+            "5",
+            "--out",
+        ])
         .arg(&out)
         .env("VCDN_LOG", "warn")
         .output()

@@ -974,3 +974,91 @@ async fn players_report_their_mos_and_the_service_scales_out() {
         "no scale-out"
     );
 }
+
+/// Requests a cache has answered, from its /metrics.
+async fn cache_requests(admin: &str) -> u64 {
+    let r = client::request(
+        admin.parse().unwrap(),
+        "GET",
+        "/metrics",
+        &[],
+        b"",
+        Duration::from_secs(2),
+    )
+    .await
+    .expect("metrics");
+    r.text()
+        .lines()
+        .filter(|l| l.starts_with("vcdn_cache_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn players_resolving_the_name_spread_over_the_caches_dns_gives() {
+    let up = Up::start("control-player-dns", &[]);
+    let key = up.key();
+    let spec = json!({"name": "dp", "origin": up.origin_url(), "hostname": "dp.example", "flavor": "static",
+        "regions": [{"region": "paris"}]});
+    let (st, s, _) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
+    assert_eq!(st, 201, "{s}");
+    let caches = instances(&s, "paris");
+    assert_eq!(caches.len(), 2, "{s}");
+    let port = caches[0]["address"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let before = [
+        cache_requests(caches[0]["admin"].as_str().unwrap()).await,
+        cache_requests(caches[1]["admin"].as_str().unwrap()).await,
+    ];
+    let report = up.dir.join("dns-player.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args([
+            "player",
+            "--quiet",
+            "--sessions",
+            "12",
+            "--duration",
+            "4",
+            "--quality",
+            "lowest",
+        ])
+        .args([
+            "--url",
+            &format!("http://dp.example:{port}/dash/vod/t/manifest.mpd"),
+        ])
+        .args(["--dns", &up.dns.to_string(), "--report"])
+        .arg(&report)
+        .output()
+        .expect("player runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["summary"]["failed"], 0, "{}", r["summary"]);
+    assert_eq!(r["summary"]["started"], 12, "{}", r["summary"]);
+    for (c, b) in caches.iter().zip(before) {
+        let n = cache_requests(c["admin"].as_str().unwrap()).await - b;
+        assert!(n >= 12, "{} answered only {n} requests", c["address"]);
+    }
+    // A name the vCDN does not serve is a clear error.
+    let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args([
+            "player",
+            "--quiet",
+            "--url",
+            &format!("http://nope.example:{port}/m.mpd"),
+        ])
+        .args(["--dns", &up.dns.to_string()])
+        .output()
+        .expect("player runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("resolving nope.example"), "{err}");
+}
