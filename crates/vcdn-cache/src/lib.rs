@@ -86,11 +86,45 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
     };
     let admin_addr = admin.as_ref().and_then(|l| l.local_addr().ok());
     let mut handles = Vec::new();
-    let mut admin = admin;
+    if let Some(a) = admin {
+        // Its own thread: a cache busy to its CPU limit must still answer
+        // the supervisor's load polls and the operator's shell (on a
+        // serving thread's runtime a /stats took seconds under overload,
+        // which hid the load exactly when scaling out was due).
+        let cache = cache.clone();
+        let h = std::thread::Builder::new()
+            .name("vcdn-cache-admin".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start the admin runtime");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    match tokio::net::TcpListener::from_std(a) {
+                        Ok(a) => {
+                            vcdn_http::serve::serve(
+                                a,
+                                vcdn_http::serve::ServeConfig::default(),
+                                admin::handler(cache),
+                            )
+                            .await
+                        }
+                        Err(e) => tracing::error!(error = %e, "admin listener"),
+                    }
+                });
+            })
+            .map_err(|e| format!("cannot start the admin thread: {e}"))?;
+        handles.push(h);
+    }
     let use_ring = cache.cfg.io_uring && ring::available();
     for (i, l) in listeners.into_iter().enumerate() {
         let cache = cache.clone();
-        let admin = if i == 0 { admin.take() } else { None };
         let h = std::thread::Builder::new()
             .name(format!("vcdn-cache-{i}"))
             .spawn(move || {
@@ -105,20 +139,7 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                     }
                 };
                 rt.block_on(async move {
-                    if i == 0 {
-                        if let Some(a) = admin {
-                            match tokio::net::TcpListener::from_std(a) {
-                                Ok(a) => {
-                                    tokio::spawn(vcdn_http::serve::serve(
-                                        a,
-                                        vcdn_http::serve::ServeConfig::default(),
-                                        admin::handler(cache.clone()),
-                                    ));
-                                }
-                                Err(e) => tracing::error!(error = %e, "admin listener"),
-                            }
-                        }
-                        if cache.store.disk().is_some() {
+                    if i == 0 && cache.store.disk().is_some() {
                             let c = cache.clone();
                             tokio::task::spawn_blocking(move || {
                                 if let Some(r) = c.store.rebuild_disk() {
@@ -131,7 +152,6 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                                     );
                                 }
                             });
-                        }
                     }
                     if use_ring {
                         let fallback = l.try_clone();

@@ -242,7 +242,7 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
             last_sweep = f.now;
         }
         if !done.is_empty() || !f.queue.is_empty() {
-            // Let misses, the admin API and timers run now and then (each
+            // Let misses and timers run now and then (each
             // yield costs tokio a look at its own epoll).
             if f.now.duration_since(last_yield) >= Duration::from_micros(500) {
                 tokio::task::yield_now().await;

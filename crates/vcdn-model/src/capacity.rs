@@ -267,12 +267,19 @@ impl CapacityModel {
         let at = sessions_at_mos(&curve.points, min_mos);
         let close = (curve.bitrate_kbps / bitrate_kbps - 1.0).abs() < 0.1
             && (curve.chunk_s - chunk_s).abs() < 1e-9;
-        if close {
-            return at;
-        }
-        let curve_bytes = (curve.bitrate_kbps * 1000.0 / 8.0 * curve.chunk_s).max(1.0) as u64;
-        let curve_raw = self.requests_per_vcpu(curve_bytes) * curve.chunk_s;
-        raw * (at / curve_raw)
+        let carried = if close {
+            at
+        } else {
+            let curve_bytes = (curve.bitrate_kbps * 1000.0 / 8.0 * curve.chunk_s).max(1.0) as u64;
+            let curve_raw = self.requests_per_vcpu(curve_bytes) * curve.chunk_s;
+            raw * (at / curve_raw)
+        };
+        // Never more sessions than the vCPU's throughput serves chunks for:
+        // past that a backlog grows without bound, however good a short
+        // measurement looked while the players' buffers lasted (the paper's
+        // Fig. 10 bends exactly there, at ~17,000 HD sessions for ~8,700
+        // chunks/s).
+        carried.min(raw)
     }
 
     /// The mean MOS the model expects when one vCPU carries
@@ -414,6 +421,36 @@ mod tests {
         // Halfway between 4.9 at 12k and 4.2 at 17k.
         assert!((m.sessions_per_vcpu(1_700.0, 2.0, 4.55) - 14_500.0).abs() < 1.0);
         assert_eq!(m.sessions_per_vcpu(1_700.0, 2.0, 5.0), 0.0);
+    }
+
+    #[test]
+    fn sessions_never_exceed_what_the_throughput_serves() {
+        // A short run that still looked good at 1.25x the chunk rate (the
+        // players' buffers hid the backlog) must not size for it.
+        let m = CapacityModel {
+            source: String::new(),
+            throughput: vec![Throughput {
+                object_bytes: 434_830,
+                requests_per_s: 600.0,
+            }],
+            video: vec![VideoCurve {
+                bitrate_kbps: 1_700.0,
+                chunk_s: 2.0,
+                points: vec![
+                    MosPoint {
+                        sessions: 1_200.0,
+                        mos: 5.0,
+                    },
+                    MosPoint {
+                        sessions: 1_500.0,
+                        mos: 4.5,
+                    },
+                ],
+            }],
+            latency: vec![],
+        };
+        assert_eq!(m.sessions_per_vcpu(1_700.0, 2.0, 4.5), 1_200.0);
+        assert_eq!(m.sessions_per_vcpu(1_700.0, 2.0, 5.0), 1_200.0);
     }
 
     #[test]
