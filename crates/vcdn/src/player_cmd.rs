@@ -111,7 +111,7 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
         let report = rt
             .block_on(vcdn_player::load::load(opts))
             .map_err(|e| e.to_string())?;
-        println!("{}", vcdn_player::load::describe(&report));
+        say(&vcdn_player::load::describe(&report));
         return write_report(a.report.as_deref(), &report);
     }
     let opts = PlayerOptions {
@@ -133,8 +133,15 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
     let report = rt
         .block_on(vcdn_player::run(opts))
         .map_err(|e| e.to_string())?;
-    println!("{}", vcdn_player::describe(&report));
+    say(&vcdn_player::describe(&report));
     write_report(a.report.as_deref(), &report)
+}
+
+/// Prints to stdout, ignoring a reader that went away (`vcdn player … | head`):
+/// the report file must still be written.
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
 }
 
 fn write_report<T: serde::Serialize>(
@@ -144,7 +151,7 @@ fn write_report<T: serde::Serialize>(
     if let Some(p) = path {
         let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
         std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-        println!("report written to {}", p.display());
+        say(&format!("report written to {}", p.display()));
     }
     Ok(())
 }
