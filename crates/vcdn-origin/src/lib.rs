@@ -15,6 +15,8 @@
 //! - `GET /dash/vod/{title}/manifest.mpd`, `GET /dash/live/{channel}/manifest.mpd`
 //!   and their segments: synthetic DASH with the CDNaaS paper's segment
 //!   sizes (see [`dash`]).
+//! - `GET /dash/data/NAME.mpd` and its segments: real titles of a DASH
+//!   data set, when the origin was given one (see [`titles`]).
 //! - `GET /dynamic?size=N`: N bytes generated per request, `no-store` (the
 //!   dynamic, non-cacheable content of a site).
 //! - `GET /_origin/requests`: requests served per path, as JSON.
@@ -40,6 +42,7 @@ const MAX_SIZE: u64 = 16 << 30;
 const MAX_PATHS: usize = 10_000;
 
 pub mod dash;
+pub mod titles;
 
 pub struct Origin {
     requests: AtomicU64,
@@ -51,6 +54,8 @@ pub struct Origin {
     started: u64,
     /// Responses of `/dynamic` so far (each one is different).
     generated: AtomicU64,
+    /// Real titles served under `/dash/data/`.
+    titles: titles::Titles,
 }
 
 impl Default for Origin {
@@ -70,7 +75,14 @@ impl Origin {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             generated: AtomicU64::new(0),
+            titles: titles::Titles::default(),
         }
+    }
+
+    /// Also serve the real titles of a data set (see [`titles`]).
+    pub fn with_titles(mut self, t: titles::Titles) -> Origin {
+        self.titles = t;
+        self
     }
 
     fn count(&self, path: &str) {
@@ -184,6 +196,9 @@ async fn route(origin: &Origin, req: Request) -> Response {
             }
         }
         (Method::Get, "/stream") => stream(&q),
+        (Method::Get | Method::Head, p) if p.starts_with(titles::PREFIX) => {
+            data_route(origin, &p[titles::PREFIX.len()..])
+        }
         (Method::Get | Method::Head, p) if p.starts_with("/dash/") => dash_route(origin, p, &q),
         (Method::Get | Method::Head, "/dynamic") => {
             let n = num("size").unwrap_or(1024);
@@ -211,7 +226,7 @@ async fn route(origin: &Origin, req: Request) -> Response {
         (Method::Get | Method::Head, "/") => Response::new(
             200,
             "text/plain; charset=utf-8",
-            "vcdn demo origin\n  /size/N            N cacheable bytes\n  /dash/vod/TITLE/manifest.mpd   a DASH title (segment sizes of the CDNaaS paper's Table II)\n  /dash/live/CHANNEL/manifest.mpd   a live DASH channel\n  /dynamic?size=N     N bytes made per request, not cacheable\n  /stream?chunks=K&interval_ms=M&size=B   a chunked stream (K=0: endless)\n  /echo               echoes a POST body\n  /_origin/requests   requests per path\n",
+            "vcdn demo origin\n  /size/N            N cacheable bytes\n  /dash/vod/TITLE/manifest.mpd   a DASH title (segment sizes of the CDNaaS paper's Table II)\n  /dash/live/CHANNEL/manifest.mpd   a live DASH channel\n  /dash/data/NAME.mpd  a real title of a DASH data set (with --dash-data DIR)\n  /dynamic?size=N     N bytes made per request, not cacheable\n  /stream?chunks=K&interval_ms=M&size=B   a chunked stream (K=0: endless)\n  /echo               echoes a POST body\n  /_origin/requests   requests per path\n",
         )
         .header("Cache-Control", "public, max-age=60"),
         _ => Response::problem(404, "no such object on the demo origin; see /"),
@@ -401,6 +416,35 @@ fn dash_route(origin: &Origin, path: &str, q: &HashMap<String, String>) -> Respo
         }
         _ => Response::problem(404, "no such DASH resource; start from manifest.mpd"),
     }
+}
+
+/// A real title's manifest or segment (`path` below `/dash/data/`).
+fn data_route(origin: &Origin, path: &str) -> Response {
+    if let Some(mpd) = origin.titles.manifest(path) {
+        return Response::new(200, "application/dash+xml", mpd.to_string())
+            .header("Cache-Control", "public, max-age=3600");
+    }
+    let Some(size) = origin.titles.size(path) else {
+        let names = origin.titles.names();
+        let hint = if names.is_empty() {
+            "this origin serves no data set (start it with --dash-data DIR)".to_string()
+        } else {
+            format!(
+                "no such object; the titles are {}",
+                names
+                    .iter()
+                    .map(|n| format!("{}{n}.mpd", titles::PREFIX))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        return Response::problem(404, &hint);
+    };
+    origin.bytes.fetch_add(size, Ordering::Relaxed);
+    Response::new(200, "video/iso.segment", synth(0, size as usize))
+        .header("Cache-Control", "public, max-age=86400")
+        .header("ETag", format!("\"data-{size}\""))
+        .header("Last-Modified", LAST_MODIFIED)
 }
 
 fn stream(q: &HashMap<String, String>) -> Response {

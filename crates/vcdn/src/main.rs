@@ -61,6 +61,10 @@ enum Cmd {
         /// Seed of the synthetic DASH segment sizes.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Also serve the real titles of this DASH data set (NAME.mpd with
+        /// NAME.segments.csv, e.g. shared/data/dash) at /dash/data/NAME.mpd.
+        #[arg(long, env = "VCDN_ORIGIN_DASH_DATA")]
+        dash_data: Option<std::path::PathBuf>,
     },
     /// Start a demo origin and a cache in front of it, and show how to try them.
     Demo {
@@ -190,7 +194,11 @@ fn main() -> ExitCode {
             ..
         }) => run_ctl(c),
         Cmd::Cache(CacheCmd { run, .. }) => run_cache(run),
-        Cmd::Origin { listen, seed } => run_origin(listen, seed),
+        Cmd::Origin {
+            listen,
+            seed,
+            dash_data,
+        } => run_origin(listen, seed, dash_data.as_deref()),
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
         Cmd::Player(a) => player_cmd::run(a),
@@ -287,14 +295,29 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start runtime: {e}"))
 }
 
-fn run_origin(listen: SocketAddr, seed: u64) -> Result<(), String> {
+fn run_origin(
+    listen: SocketAddr,
+    seed: u64,
+    dash_data: Option<&std::path::Path>,
+) -> Result<(), String> {
+    let mut origin = vcdn_origin::Origin::new(seed);
+    if let Some(dir) = dash_data {
+        let t = vcdn_origin::titles::Titles::load(dir).map_err(|e| e.to_string())?;
+        let names = t.names().join(", ");
+        println!(
+            "serving {} segments of {names} at {}NAME.mpd",
+            t.objects(),
+            vcdn_origin::titles::PREFIX
+        );
+        origin = origin.with_titles(t);
+    }
     runtime()?.block_on(async {
         let l = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let addr = l.local_addr().map_err(|e| e.to_string())?;
         println!("vcdn origin listening on http://{addr}");
-        vcdn_origin::run_with(l, vcdn_origin::Origin::new(seed)).await;
+        vcdn_origin::run_with(l, origin).await;
         Ok(())
     })
 }

@@ -74,6 +74,96 @@ async fn sessions_through_a_cache_play_without_stalls_and_the_origin_sees_each_s
     );
 }
 
+/// The real manifests of `shared/data/dash` (ITEC DASH data set, GPAC's
+/// `$Bandwidth$` and `$Number$%d` templates, 4 s segments) play through a
+/// cache, and every segment a session fetched has the size the data set
+/// records for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_manifests_from_the_data_set_play_through_a_cache() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/dash");
+    if !std::path::Path::new(data).is_dir() {
+        eprintln!("skipped: no DASH data set at {data}");
+        return;
+    }
+    let origin = spawn(&["origin", "--listen", "127.0.0.1:0", "--dash-data", data]);
+    let cache = cache(origin.addr, &[]);
+    let dir = tempdir("player-real");
+    for (title, quality) in [("BigBuckBunny_4s", "highest"), ("Valkaama_4s", "adaptive")] {
+        let report = dir.join(format!("{title}.json"));
+        let url = format!("http://{}/dash/data/{title}.mpd", cache.addr);
+        let (ok, out, err) = player(&[
+            "--url",
+            &url,
+            "--sessions",
+            "3",
+            "--duration",
+            "8",
+            "--quality",
+            quality,
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        assert!(ok, "{title}: {err}");
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let s = &r["summary"];
+        assert_eq!(
+            (
+                s["started"].as_u64(),
+                s["failed"].as_u64(),
+                s["stalls"].as_u64()
+            ),
+            (Some(3), Some(0), Some(0)),
+            "{title}: {out}"
+        );
+        // representation -> (bandwidth, segment number as the CSV writes it -> bytes)
+        let csv = std::fs::read_to_string(format!("{data}/{title}.segments.csv")).unwrap();
+        let mut sizes = std::collections::HashMap::new();
+        let mut best = (0u64, String::new());
+        for line in csv.lines().skip(1) {
+            let f: Vec<&str> = line.split(',').collect();
+            let bw: u64 = f[1].parse().unwrap();
+            sizes.insert(
+                (f[0].to_string(), f[4].to_string()),
+                f[5].parse::<u64>().unwrap(),
+            );
+            best = best.max((bw, f[0].to_string()));
+        }
+        for p in r["per_session"].as_array().unwrap() {
+            let reps: Vec<String> = p["representations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            assert!(!reps.is_empty(), "{p}");
+            if quality == "highest" {
+                assert_eq!(reps, [best.1.clone()], "{title}");
+                // MPD and init, then segments 1, 2, … of that representation.
+                let n = p["requests"].as_u64().unwrap() - 2;
+                assert!(n >= 3, "{p}");
+                let want: u64 = (1..=n)
+                    .map(|i| sizes[&(best.1.clone(), i.to_string())])
+                    .sum();
+                assert_eq!(p["bytes"].as_u64(), Some(want), "{title}: {p}");
+            } else {
+                for rep in &reps {
+                    assert!(sizes.keys().any(|(r, _)| r == rep), "{title}: {rep}");
+                }
+            }
+        }
+    }
+    let first = "/dash/data/media/BigBuckBunny/4sec/bunny_3936261bps/BigBuckBunny_4s1.m4s";
+    assert_eq!(
+        origin_count(origin.addr, first).await,
+        1,
+        "three viewers, one fetch"
+    );
+    // A path the data set does not have gets a 404 that names the titles.
+    let r = get(origin.addr, "/dash/data/nope.mpd").await;
+    assert_eq!(r.status(), 404);
+    assert!(String::from_utf8_lossy(&r.body).contains("BigBuckBunny_4s.mpd"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_fail_and_score_low_when_the_server_dies() {
     let origin = origin();
