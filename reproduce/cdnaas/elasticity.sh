@@ -26,6 +26,7 @@
 #              OUT=docs  SKIP_BUILD=1 (skip cargo build)
 #              CAPACITY=FILE (a capacity model to use instead of calibrating)
 #              KEEP=1 (keep the players' reports and logs in OUT/elasticity-run/)
+#              BASELINE=0 (skip the second ramp against one fixed vCPU)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SHARE=${SHARE:-0.05}
@@ -69,53 +70,75 @@ UP=$!
 for _ in $(seq 200); do grep -q "Order a first vCDN" "$TMP/up.log" && break; sleep 0.05; done
 KEY=$(cat "$TMP/data/demo-customer-key")
 first=$((BATCH * 2))
-curl -sf -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "http://$API/v1/services" \
-  -d '{"name":"elastic","origin":"http://127.0.0.1:'$((PORT + 4))'","hostname":"live.demo.example","flavor":"elastic",
-       "regions":[{"region":"paris","peak_users":'"$first"',"bitrate_kbps":2500}],"quality":{"min_mos":'"$TARGET"'},"lease":{"duration_s":3600}}' \
-  >"$TMP/service.json"
-log "service: $(jq -r '.graph.regions[0].instances | length' "$TMP/service.json") instance(s) for $first viewers"
+AUTH=(-H "Authorization: Bearer $KEY" -H 'Content-Type: application/json')
 
-T0=$(date +%s.%N)
-echo "t_s,instances,vcpus,demand,estimated_mos,reported_mos" >"$TMP/samples.csv"
-DEMAND=0
-echo 0 >"$TMP/demand"
-(
-  while true; do
-    v=$(curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/elastic") || continue
-    t=$(echo "$(date +%s.%N) - $T0" | bc)
-    echo "$v" | jq -r --arg t "$t" --arg d "$(cat "$TMP/demand")" \
-      '[$t, (.graph.regions[0].instances|length), ([.graph.regions[0].instances[].vcpus]|add),
-        $d, (.qoe.paris.estimated_mos // ""), (.qoe.paris.reported_mos // "")] | @csv' >>"$TMP/samples.csv"
-    sleep 2
+# ramp NAME FLAVOR DIR: orders service NAME of FLAVOR for the first step's
+# viewers, plays the demand ramp against it, samples it into DIR, deletes it.
+ramp() {
+  local name=$1 flavor=$2 dir=$3
+  mkdir -p "$dir"
+  curl -sf "${AUTH[@]}" "http://$API/v1/services" \
+    -d '{"name":"'"$name"'","origin":"http://127.0.0.1:'$((PORT + 4))'","hostname":"'"$name"'.demo.example","flavor":"'"$flavor"'",
+         "regions":[{"region":"paris","peak_users":'"$first"',"bitrate_kbps":2500}],"quality":{"min_mos":'"$TARGET"'},"lease":{"duration_s":3600}}' \
+    >"$dir/service.json"
+  log "$name ($flavor): $(jq -r '.graph.regions[0].instances | length' "$dir/service.json") instance(s) for $first viewers"
+  local t0
+  t0=$(date +%s.%N)
+  echo "t_s,instances,vcpus,demand,estimated_mos,reported_mos" >"$dir/samples.csv"
+  echo 0 >"$dir/demand"
+  : >"$dir/batches.csv"
+  (
+    while true; do
+      v=$(curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/$name") || continue
+      t=$(echo "$(date +%s.%N) - $t0" | bc)
+      echo "$v" | jq -r --arg t "$t" --arg d "$(cat "$dir/demand")" \
+        '[$t, (.graph.regions[0].instances|length), ([.graph.regions[0].instances[].vcpus]|add),
+          $d, (.qoe.paris.estimated_mos // ""), (.qoe.paris.reported_mos // "")] | @csv' >>"$dir/samples.csv"
+      sleep 2
+    done
+  ) &
+  local sampler=$! players=() j
+  for j in $(seq 0 $((BATCHES - 1))); do
+    local sleep_until
+    sleep_until=$(echo "$t0 + $j * $JOIN_S" | bc)
+    while (( $(echo "$(date +%s.%N) < $sleep_until" | bc) )); do sleep 0.1; done
+    echo $(( (j + 1) * BATCH )) >"$dir/demand"
+    log "$name batch $j: $BATCH viewers join for ${LIFE}s"
+    echo "$j,$(echo "$(date +%s.%N) - $t0" | bc)" >>"$dir/batches.csv"
+    "$V" player --quiet --url "http://$name.demo.example:$IPORT/dash/vod/film/manifest.mpd" --dns "$DNS" \
+      --sessions "$BATCH" --duration "$LIFE" --ramp 2 --quality highest --report "$dir/batch$j.json" \
+      --qoe-to "http://$API/v1/services/$name/qoe" --qoe-token "$KEY" --qoe-region paris >"$dir/batch$j.txt" 2>&1 &
+    players+=($!)
   done
-) &
-SAMPLER=$!
-PLAYERS=()
-for j in $(seq 0 $((BATCHES - 1))); do
-  sleep_until=$(echo "$T0 + $j * $JOIN_S" | bc)
-  while (( $(echo "$(date +%s.%N) < $sleep_until" | bc) )); do sleep 0.1; done
-  echo $(( (j + 1) * BATCH )) >"$TMP/demand"
-  log "batch $j: $BATCH viewers join for ${LIFE}s"
-  echo "$j,$(echo "$(date +%s.%N) - $T0" | bc)" >>"$TMP/batches.csv"
-  "$V" player --quiet --url "http://live.demo.example:$IPORT/dash/vod/film/manifest.mpd" --dns "$DNS" \
-    --sessions "$BATCH" --duration "$LIFE" --ramp 2 --quality highest --report "$TMP/batch$j.json" \
-    --qoe-to "http://$API/v1/services/elastic/qoe" --qoe-token "$KEY" --qoe-region paris >"$TMP/batch$j.txt" 2>&1 &
-  PLAYERS+=($!)
-done
-# The audience leaves as it came: the demand column follows.
-for j in $(seq 0 $((BATCHES - 1))); do
-  wait "${PLAYERS[$j]}" || true
-  echo $(( (BATCHES - j - 1) * BATCH )) >"$TMP/demand"
-done
-sleep 20
-kill $SAMPLER 2>/dev/null || true
-curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/elastic/events" >"$TMP/events.json"
+  # The audience leaves as it came: the demand column follows.
+  for j in $(seq 0 $((BATCHES - 1))); do
+    wait "${players[$j]}" || true
+    echo $(( (BATCHES - j - 1) * BATCH )) >"$dir/demand"
+  done
+  sleep 20
+  kill "$sampler" 2>/dev/null || true
+  curl -s -H "Authorization: Bearer $KEY" "http://$API/v1/services/$name/events" >"$dir/events.json"
+  curl -s -X DELETE -H "Authorization: Bearer $KEY" "http://$API/v1/services/$name" >/dev/null
+}
+
+ramp elastic elastic "$TMP"
+if [[ ${BASELINE:-1} == 1 ]]; then
+  # The same ramp without elasticity: one fixed instance of one vCPU, the
+  # size the planner gave the elastic service for the first step.
+  curl -sf -X PUT -H "Authorization: Bearer op" -H 'Content-Type: application/json' "http://$API/v1/flavors/fixed" \
+    -d '{"name":"fixed","kind":"static","description":"one fixed 1-vCPU cache per region (elasticity baseline)",
+         "template":{"min_instances":1,"max_instances":1,"vcpus_per_instance":1,"memory_mib_per_instance":256},
+         "pricing":{"scheme":"flat_rate","currency":"EUR","per_vcpu_hour":0.05}}' >/dev/null
+  ramp fixed fixed "$TMP/baseline"
+fi
 mkdir -p "$OUT"
 cp "$TMP/samples.csv" "$OUT/elasticity.csv"
+[[ -f $TMP/baseline/samples.csv ]] && cp "$TMP/baseline/samples.csv" "$OUT/elasticity-baseline.csv"
 cp "$TMP/capacity.toml" "$OUT/elasticity-capacity.toml"
 if [[ ${KEEP:-0} == 1 ]]; then
   rm -rf "$OUT/elasticity-run" && mkdir -p "$OUT/elasticity-run"
-  cp "$TMP"/batch* "$TMP/up.log" "$OUT/elasticity-run/"
+  cp -r "$TMP"/batch* "$TMP/up.log" "$OUT/elasticity-run/"
+  [[ -d $TMP/baseline ]] && cp -r "$TMP/baseline" "$OUT/elasticity-run/"
   cp -r "$TMP/data/logs" "$OUT/elasticity-run/instance-logs" 2>/dev/null || true
 fi
 jq -r '.events[] | [.at_ms, .kind, .detail] | @tsv' "$TMP/events.json" >"$OUT/elasticity-events.tsv"
