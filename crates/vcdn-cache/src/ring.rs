@@ -41,12 +41,17 @@ const INLINE_BODY: usize = 16 * 1024;
 const BUFFERS: u16 = 1024;
 const BUF_SIZE: usize = 2048;
 const BUF_GROUP: u16 = 0;
+/// Requests held while an answer is being sent, at most: beyond this the
+/// receive is stopped until the answer is out, so a client that sends and
+/// never reads meets TCP's back-pressure instead of growing our memory.
+const PENDING_MAX: usize = 16 * 1024;
+/// Answers gathered for one send, at most (pipelined small requests for
+/// larger objects would otherwise multiply into a large buffer).
+const OUT_MAX: usize = 64 * 1024;
 const ACCEPT: u64 = u64::MAX;
 const CANCEL: u64 = u64::MAX - 1;
 const OP_RECV: u64 = 0;
 const OP_SEND: u64 = 1;
-/// `IORING_RECVSEND_POLL_FIRST` (the crate keeps its `sys` module private).
-const RECVSEND_POLL_FIRST: u16 = 1;
 
 /// Provided buffers: a page-aligned ring of entries the kernel takes
 /// buffers from, and the buffers themselves.
@@ -121,22 +126,35 @@ impl Drop for BufRing {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Recv,
-    Send,
-}
-
+/// A connection served from the ring. Its receive is multishot: armed once,
+/// it posts a completion for every arrival until it ends, so a keep-alive
+/// request costs no new submission and no new poll registration. Nothing may
+/// be in flight on a connection when it is closed or handed over (its slot
+/// would be reused under a completion still to come), so those wait for
+/// the receive's last completion (after a cancel) and the send's.
 struct RingConn {
     fd: RawFd,
     peer: SocketAddr,
-    op: Op,
-    /// When the operation in flight started (idle and send timeouts).
-    since: Instant,
+    /// A multishot receive is armed: its last completion is still to come.
+    armed: bool,
+    /// A cancel of that receive was submitted.
     cancelling: bool,
+    /// A send is in flight.
+    sending: bool,
+    /// When the connection began waiting for a request, or its send began
+    /// (idle and send timeouts).
+    since: Instant,
     out: Vec<u8>,
     sent: usize,
+    /// Requests that arrived while an answer was being sent, answered after
+    /// it, in order.
+    pending: BytesMut,
+    /// `Connection: close`: close once the answers are sent.
     close_after: bool,
+    /// The client closed its side: close once what it sent is answered.
+    peer_closed: bool,
+    /// Failed, timed out or refused: close as soon as nothing is in flight.
+    closing: bool,
     handover: Option<Handover>,
 }
 
@@ -287,17 +305,17 @@ fn accept_entry(fd: RawFd) -> squeue::Entry {
         .user_data(ACCEPT)
 }
 
-/// A receive into a provided buffer. `poll_first` skips the attempt at
-/// submission when data cannot be there yet (right after we answered, the
-/// client has not even read the answer): the kernel arms its poll at once
-/// instead of failing a receive first, a saving on every keep-alive request.
-fn recv_entry(fd: RawFd, slot: usize, poll_first: bool) -> squeue::Entry {
-    let ioprio = if poll_first { RECVSEND_POLL_FIRST } else { 0 };
-    opcode::Recv::new(types::Fd(fd), std::ptr::null_mut(), BUF_SIZE as u32)
-        .ioprio(ioprio)
-        .buf_group(BUF_GROUP)
+fn cancel_recv(slot: usize) -> squeue::Entry {
+    opcode::AsyncCancel::new((slot as u64) << 1 | OP_RECV)
         .build()
-        .flags(squeue::Flags::BUFFER_SELECT)
+        .user_data(CANCEL)
+}
+
+/// A multishot receive into provided buffers (the kernel picks one per
+/// arrival).
+fn recv_entry(fd: RawFd, slot: usize) -> squeue::Entry {
+    opcode::RecvMulti::new(types::Fd(fd), BUF_GROUP)
+        .build()
         .user_data((slot as u64) << 1 | OP_RECV)
 }
 
@@ -351,7 +369,7 @@ impl Front {
                         bufs.give_back(bid);
                         self.scratch.split().freeze()
                     });
-                    self.received(slot, res, data);
+                    self.received(slot, res, cqueue::more(flags), data);
                 } else {
                     self.sent(slot, res);
                 }
@@ -380,12 +398,16 @@ impl Front {
         let c = RingConn {
             fd,
             peer,
-            op: Op::Recv,
-            since: self.now,
+            armed: false,
             cancelling: false,
+            sending: false,
+            since: self.now,
             out: Vec::new(),
             sent: 0,
+            pending: BytesMut::new(),
             close_after: false,
+            peer_closed: false,
+            closing: false,
             handover: None,
         };
         let slot = match self.free.pop() {
@@ -398,7 +420,7 @@ impl Front {
                 self.conns.len() - 1
             }
         };
-        self.queue.push_back(recv_entry(fd, slot, false));
+        self.advance(slot);
     }
 
     fn close(&mut self, slot: usize) {
@@ -413,23 +435,61 @@ impl Front {
         }
     }
 
-    fn received(&mut self, slot: usize, res: i32, data: Option<Bytes>) {
+    fn received(&mut self, slot: usize, res: i32, more: bool, data: Option<Bytes>) {
         let Some(c) = self.conns[slot].as_mut() else {
             return;
         };
-        if res == -libc::ENOBUFS {
-            // Every buffer was taken in this batch: ask again first thing.
-            let fd = c.fd;
-            self.queue.push_front(recv_entry(fd, slot, false));
-            return;
+        let ours = res == -libc::ECANCELED && c.cancelling;
+        if !more {
+            c.armed = false;
+            c.cancelling = false;
         }
-        let data = match data {
-            Some(d) if res > 0 && !c.cancelling => d,
-            _ => return self.close(slot), // closed, failed, or timed out
+        match data {
+            Some(d) if res > 0 => {
+                c.since = self.now;
+                if let Some(h) = c.handover.as_mut() {
+                    h.rbuf.extend_from_slice(&d);
+                } else if c.closing || c.close_after {
+                    // Nothing more is answered on this connection.
+                } else if c.sending || !c.pending.is_empty() {
+                    c.pending.extend_from_slice(&d);
+                    if c.pending.len() > PENDING_MAX && c.armed && !c.cancelling {
+                        // Armed again once the answer is out.
+                        c.cancelling = true;
+                        self.queue.push_back(cancel_recv(slot));
+                    }
+                } else {
+                    self.answer(slot, d);
+                }
+            }
+            // Every buffer was taken in this batch: the receive ended and
+            // is armed again below.
+            _ if res == -libc::ENOBUFS => {}
+            _ if res == 0 => c.peer_closed = true,
+            // Our own cancel: for back-pressure, a handover or a close
+            // already decided (a timeout sets `closing` when it cancels).
+            _ if ours => {}
+            _ => c.closing = true,
+        }
+        self.advance(slot);
+    }
+
+    /// Answers the requests in `data` into the connection's send buffer,
+    /// until one that the tokio loop must take (which sets the handover).
+    fn answer(&mut self, slot: usize, data: Bytes) {
+        let Some(c) = self.conns[slot].as_mut() else {
+            return;
         };
         let mut at = 0;
         while at < data.len() {
             let rest = data.slice(at..);
+            if c.out.len() >= OUT_MAX {
+                // Enough answers for one send; the rest waits for it.
+                let later = std::mem::take(&mut c.pending);
+                c.pending = BytesMut::from(&rest[..]);
+                c.pending.extend_from_slice(&later);
+                break;
+            }
             let head = match parse_request(&rest, &self.limits) {
                 Ok(Some((head, n))) => {
                     at += n;
@@ -494,52 +554,87 @@ impl Front {
                 break;
             }
         }
-        self.after_batch(slot);
     }
 
-    /// Sends what the batch produced, or hands over, or reads again.
-    fn after_batch(&mut self, slot: usize) {
+    /// Moves a connection on after an event: sends what is answered, then
+    /// answers what arrived meanwhile, then closes, hands over or keeps
+    /// its receive armed.
+    fn advance(&mut self, slot: usize) {
+        loop {
+            let Some(c) = self.conns[slot].as_mut() else {
+                return;
+            };
+            if c.sending {
+                return;
+            }
+            if c.closing {
+                c.out.clear();
+                c.sent = 0;
+            }
+            if c.sent < c.out.len() {
+                c.sending = true;
+                c.since = self.now;
+                let e = opcode::Send::new(
+                    types::Fd(c.fd),
+                    c.out[c.sent..].as_ptr(),
+                    (c.out.len() - c.sent) as u32,
+                )
+                .build()
+                .user_data((slot as u64) << 1 | OP_SEND);
+                self.queue.push_back(e);
+                return;
+            }
+            c.out.clear();
+            c.sent = 0;
+            if c.pending.is_empty() || c.closing || c.close_after || c.handover.is_some() {
+                break;
+            }
+            let d = c.pending.split().freeze();
+            self.answer(slot, d);
+        }
         let Some(c) = self.conns[slot].as_mut() else {
             return;
         };
-        c.since = self.now;
-        if c.sent < c.out.len() {
-            c.op = Op::Send;
-            let e = opcode::Send::new(
-                types::Fd(c.fd),
-                c.out[c.sent..].as_ptr(),
-                (c.out.len() - c.sent) as u32,
-            )
-            .build()
-            .user_data((slot as u64) << 1 | OP_SEND);
-            self.queue.push_back(e);
-            return;
-        }
-        c.out.clear();
-        c.sent = 0;
-        if c.close_after {
-            return self.close(slot);
-        }
-        if let Some(h) = c.handover.take() {
-            return self.hand_over(slot, h);
+        let done = c.closing || c.close_after || c.handover.is_some() || c.peer_closed;
+        if done {
+            if c.armed {
+                if !c.cancelling {
+                    c.cancelling = true;
+                    self.queue.push_back(cancel_recv(slot));
+                }
+                return;
+            }
+            let keep = !c.closing && !c.close_after;
+            return match c.handover.take() {
+                Some(h) if keep => self.hand_over(slot, h),
+                _ => self.close(slot),
+            };
         }
         if c.out.capacity() > 4096 {
             c.out = Vec::new(); // idle connections stay cheap
         }
-        c.op = Op::Recv;
-        let fd = c.fd;
-        self.queue.push_back(recv_entry(fd, slot, true));
+        if c.pending.capacity() > 4096 {
+            c.pending = BytesMut::new();
+        }
+        if !c.armed {
+            c.armed = true;
+            let fd = c.fd;
+            self.queue.push_back(recv_entry(fd, slot));
+        }
     }
 
     fn sent(&mut self, slot: usize, res: i32) {
         let Some(c) = self.conns[slot].as_mut() else {
             return;
         };
-        if res <= 0 || c.cancelling {
-            return self.close(slot);
+        c.sending = false;
+        if res <= 0 {
+            c.closing = true;
+        } else {
+            c.sent += res as usize;
+            c.since = self.now;
         }
-        c.sent += res as usize;
-        self.after_batch(slot);
+        self.advance(slot);
     }
 
     /// Gives the connection to the tokio loop, which keeps it.
@@ -580,22 +675,25 @@ impl Front {
         let now = self.now;
         for (slot, c) in self.conns.iter_mut().enumerate() {
             let Some(c) = c else { continue };
-            if c.cancelling {
+            if c.closing {
                 continue;
             }
-            let limit = if c.op == Op::Recv { idle } else { send_timeout };
-            if now.duration_since(c.since) > limit {
+            let waited = now.duration_since(c.since);
+            let op = if c.sending && waited > send_timeout {
+                self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
+                OP_SEND
+            } else if !c.sending && c.armed && !c.cancelling && waited > idle {
                 c.cancelling = true;
-                let op = if c.op == Op::Recv { OP_RECV } else { OP_SEND };
-                if c.op == Op::Send {
-                    self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
-                }
-                self.queue.push_back(
-                    opcode::AsyncCancel::new((slot as u64) << 1 | op)
-                        .build()
-                        .user_data(CANCEL),
-                );
-            }
+                OP_RECV
+            } else {
+                continue;
+            };
+            c.closing = true;
+            self.queue.push_back(
+                opcode::AsyncCancel::new((slot as u64) << 1 | op)
+                    .build()
+                    .user_data(CANCEL),
+            );
         }
     }
 }

@@ -641,6 +641,47 @@ async fn ten_thousand_idle_connections_use_bounded_memory() {
     drop(conns);
 }
 
+/// A client that pipelines requests and never reads the answers is held
+/// back by TCP (the cache stops reading it), not buffered without bound.
+#[tokio::test]
+async fn a_client_that_never_reads_meets_back_pressure() {
+    use tokio::io::AsyncWriteExt;
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    get(c.addr, "/size/16000").await;
+    let pid = c.child.id();
+    let before = rss_kib(pid);
+    let mut s = tokio::net::TcpStream::connect(c.addr).await.unwrap();
+    // 64-byte requests written 32 at a time, so that the cache's 2 KiB
+    // receives hold whole requests and none is handed to the tokio loop.
+    let one = format!(
+        "GET /size/16000 HTTP/1.1\r\nHost: {}\r\n\r\n",
+        "a".repeat(28)
+    );
+    assert_eq!(one.len(), 64);
+    let reqs = one.repeat(32);
+    let (mut written, t0) = (0usize, std::time::Instant::now());
+    let blocked = loop {
+        match tokio::time::timeout(Duration::from_millis(500), s.write_all(reqs.as_bytes())).await {
+            Err(_) => break true,
+            Ok(r) => r.unwrap(),
+        }
+        written += reqs.len();
+        if t0.elapsed() > Duration::from_secs(10) {
+            break false;
+        }
+    };
+    let after = rss_kib(pid);
+    eprintln!("{written} bytes of requests written before the cache stopped reading; RSS {before} -> {after} KiB");
+    assert!(
+        blocked,
+        "the cache kept reading {written} bytes of requests"
+    );
+    assert!(after - before < 8 * 1024, "RSS {before} -> {after} KiB");
+    // Others are served meanwhile.
+    assert_eq!(get(c.addr, "/size/16000").await.status(), 200);
+}
+
 #[tokio::test]
 async fn a_dead_pooled_upstream_connection_is_retried_once() {
     let o = origin();
