@@ -115,7 +115,8 @@ async fn real_manifests_from_the_data_set_play_through_a_cache() {
             (Some(3), Some(0), Some(0)),
             "{title}: {out}"
         );
-        // representation -> (bandwidth, segment number as the CSV writes it -> bytes)
+        // (representation, segment number as the CSV writes it) -> bytes,
+        // and the representation of the highest bandwidth.
         let csv = std::fs::read_to_string(format!("{data}/{title}.segments.csv")).unwrap();
         let mut sizes = std::collections::HashMap::new();
         let mut best = (0u64, String::new());
