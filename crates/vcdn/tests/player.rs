@@ -23,6 +23,11 @@ fn player(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// The JSON report a `vcdn player --report` run wrote.
+fn read_report(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_through_a_cache_play_without_stalls_and_the_origin_sees_each_segment_once() {
     let origin = origin();
@@ -45,7 +50,7 @@ async fn sessions_through_a_cache_play_without_stalls_and_the_origin_sees_each_s
         out.contains("20 sessions") && out.contains("mean MOS 5.00"),
         "{out}"
     );
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = read_report(&report);
     let s = &r["summary"];
     assert_eq!(
         (
@@ -104,7 +109,7 @@ async fn real_manifests_from_the_data_set_play_through_a_cache() {
             report.to_str().unwrap(),
         ]);
         assert!(ok, "{title}: {err}");
-        let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let r = read_report(&report);
         let s = &r["summary"];
         assert_eq!(
             (
@@ -190,7 +195,7 @@ async fn sessions_fail_and_score_low_when_the_server_dies() {
     origin.kill();
     let (ok, out, err) = run.join().unwrap();
     assert!(ok, "{err}");
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = read_report(&report);
     let s = &r["summary"];
     assert_eq!(s["failed"].as_u64(), Some(5), "{out}");
     assert!(s["errors"].as_u64().unwrap() >= 5);
@@ -243,7 +248,7 @@ fn live_sessions_follow_the_live_edge() {
         report.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = read_report(&report);
     let s = &r["summary"];
     assert_eq!(
         (
@@ -278,7 +283,7 @@ fn http_load_at_a_fixed_rate_and_closed_loop() {
         report.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = read_report(&report);
     let n = r["requests"].as_u64().unwrap();
     assert!(
         (380..=420).contains(&n),
