@@ -604,13 +604,20 @@ impl Control {
         e
     }
 
-    /// Ends a service: state, router, processes. Returns it as it was.
+    /// Ends a service: router, processes, then its state. Returns it as it
+    /// was.
     pub(crate) async fn end(
         &self,
         id: &str,
         state: ServiceState,
         error: Option<String>,
     ) -> Option<Service> {
+        // Users are sent elsewhere first; then the caches stop while the
+        // service is held, so that whoever sees the ended state (the API,
+        // the supervisor) finds them gone, and none is healed meanwhile.
+        if let Err(e) = self.cfg.router.delete(id).await {
+            tracing::warn!(service = id, error = %e, "router did not drop the service");
+        }
         let mut services = self.services.lock().await;
         let s = services.get_mut(id)?;
         let before = s.clone();
@@ -626,12 +633,6 @@ impl Control {
             i.pid = None;
         }
         let after = s.clone();
-        drop(services);
-        self.persist(&after).await;
-        self.runtime.lock().remove(id);
-        if let Err(e) = self.cfg.router.delete(id).await {
-            tracing::warn!(service = id, error = %e, "router did not drop the service");
-        }
         self.stop_instances(
             before
                 .graph
@@ -641,6 +642,9 @@ impl Control {
                 .collect(),
         )
         .await;
+        drop(services);
+        self.persist(&after).await;
+        self.runtime.lock().remove(id);
         Some(before)
     }
 
