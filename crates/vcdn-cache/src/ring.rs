@@ -50,6 +50,9 @@ const PENDING_MAX: usize = 16 * 1024;
 /// Answers gathered for one send, at most (pipelined small requests for
 /// larger objects would otherwise multiply into a large buffer).
 const OUT_MAX: usize = 64 * 1024;
+/// Deferred completions the kernel runs per `io_uring_enter`, at most
+/// (`IO_LOCAL_TW_DEFAULT_MAX`); a batch this large may have left some.
+const LOCAL_WORK_BATCH: usize = 20;
 const ACCEPT: u64 = u64::MAX;
 const CANCEL: u64 = u64::MAX - 1;
 const OP_RECV: u64 = 0;
@@ -174,6 +177,7 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
     let mut ring: IoUring = IoUring::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()
+        .setup_taskrun_flag()
         // Small rings keep an idle cache under 5 MiB resident; a full
         // submission queue is simply submitted early.
         .setup_cqsize(2048)
@@ -212,9 +216,15 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
     let mut last_sweep = Instant::now();
     let mut last_yield = Instant::now();
     let mut done: Vec<(u64, i32, u32)> = Vec::with_capacity(256);
+    // Whether the last `io_uring_enter` may have left deferred work behind
+    // (it runs a bounded number of items per call), so the task-run flag
+    // alone cannot say the kernel has nothing for us.
+    let mut maybe_more = true;
     loop {
-        // Submit what is queued and run deferred completions.
-        {
+        // Submit what is queued and run deferred completions; skipped when
+        // there is nothing to submit and the kernel flags no work, which
+        // saves a system call per batch on a loaded thread.
+        if !f.queue.is_empty() || maybe_more || ring.submission().taskrun() {
             let (submitter, mut sq, _) = ring.split();
             while let Some(e) = f.queue.front() {
                 // SAFETY: every buffer an entry points at is owned by a
@@ -250,6 +260,7 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
             cq.sync();
             done.extend(cq.map(|c| (c.user_data(), c.result(), c.flags())));
         }
+        maybe_more = done.len() >= LOCAL_WORK_BATCH;
         for &(ud, res, flags) in &done {
             f.complete(&mut bufs, ud, res, flags);
         }
@@ -271,32 +282,28 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
             continue;
         }
         // Nothing to do. Let the kernel signal the eventfd again (it stays
-        // quiet while we are busy, saving a wake-up per completion), look
-        // once more for completions that came before that, then sleep until
-        // the kernel posts some (or a sweep is due).
+        // quiet while we are busy, saving a wake-up per completion). Work
+        // the kernel deferred while it was quiet raised the task-run flag
+        // instead, so look at that flag (after a full fence, pairing with
+        // the kernel's) and sleep only if it is clear: then the next
+        // arrival signals the eventfd.
         ring.completion().enable_eventfd();
-        {
-            // SAFETY: no argument struct.
-            let _ = unsafe { ring.submitter().enter::<libc::sigset_t>(0, 0, 1, None) };
-        }
-        let pending = {
-            let mut cq = ring.completion();
-            cq.sync();
-            !cq.is_empty()
-        };
-        if pending {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if ring.submission().taskrun() {
             ring.completion().disable_eventfd();
             continue;
         }
+        // The eventfd is edge-triggered in tokio's epoll and every signal
+        // is a new edge, so its counter need not be read.
         if let Ok(Ok(mut guard)) =
             tokio::time::timeout(Duration::from_millis(250), efd.readable()).await
         {
-            let mut v = 0u64;
-            // SAFETY: reading 8 bytes into a u64 from our eventfd.
-            unsafe { libc::read(efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
             guard.clear_ready();
         }
         ring.completion().disable_eventfd();
+        // A timeout (or a wake-up lost to a kernel that ran only part of
+        // its deferred work) is caught up by an enter.
+        maybe_more = true;
     }
 }
 
