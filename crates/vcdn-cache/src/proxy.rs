@@ -15,7 +15,7 @@ use vcdn_http::{date, Headers, Method, RequestHead};
 use crate::config::CacheConfig;
 use crate::fetch::{Fetch, FetchError, FetchReader, FetchedHead};
 use crate::key::{variant_key, vary_names, ObjectId};
-use crate::metrics::{CacheStatus, Metrics};
+use crate::metrics::{CacheStatus, HitTally, Metrics};
 use crate::object::{CachedObject, ObjectParts, ObjectStats};
 use crate::policy::{self, PolicyConfig, RangeAnswer, Usable};
 use crate::reply::{
@@ -196,6 +196,52 @@ impl Cache {
             keep_alive: req.keep_alive,
         };
         Ok(self.object_reply_into(&ctx, &o, CacheStatus::Hit, now, buf))
+    }
+
+    /// The leanest answer, for the front ends' hot path: a fresh memory hit
+    /// on a plain GET or HEAD (no Range, no validator to compare) of a 200
+    /// whose body is at most `max_body` bytes, written head and body
+    /// straight into `out`. No reply is built and no reference taken but
+    /// the object's; shared counters go through `tally`. Returns whether
+    /// the connection closes after it, or `None` (nothing written) when
+    /// [`Cache::try_hit`] must decide.
+    pub fn hit_into(
+        &self,
+        req: &RequestHead,
+        out: &mut Vec<u8>,
+        max_body: usize,
+        tally: &mut HitTally,
+    ) -> Option<bool> {
+        let head_only = match req.method {
+            Method::Get => false,
+            Method::Head => true,
+            _ => return None,
+        };
+        if req.headers.iter().any(|(n, _)| needs_full_path(n)) {
+            return None;
+        }
+        let o = self
+            .store
+            .memory_object(req.path_and_query(), &req.headers)?;
+        if o.status != 200 || (o.body.len() > max_body && !head_only) {
+            return None;
+        }
+        let now = date::unix_now();
+        let age = o.age(now);
+        if policy::usable(&o.freshness, age, &req.headers, &self.policy) != Usable::Fresh {
+            return None;
+        }
+        o.stats.hit(now);
+        let close = !req.keep_alive;
+        let len = o.body.len() as u64;
+        write_object_head(out, &o, 200, age, CacheStatus::Hit, None, Some(len), close);
+        if !head_only {
+            out.extend_from_slice(&o.body);
+            o.stats.served(len);
+            tally.body_bytes += len;
+        }
+        tally.hits += 1;
+        Some(close)
     }
 
     async fn lookup(self: &Arc<Self>, ctx: &Ctx<'_>, peer: IpAddr) -> Reply {
@@ -514,27 +560,9 @@ impl Cache {
             (o.status, o.body.clone())
         };
         head.clear();
-        head.reserve(o.head_block.len() + 128);
-        if code == 200 {
-            head.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-        } else {
-            head.extend_from_slice(&status_line(code));
-        }
-        head.extend_from_slice(&o.head_block);
-        push_num(&mut head, "Age", age);
-        push_str_field(&mut head, "X-Cache", status.as_str());
-        if let Some((start, end)) = range {
-            push_field(
-                &mut head,
-                "Content-Range",
-                format!("bytes {start}-{end}/{len}"),
-            );
-        }
-        if code != 204 && code != 304 {
-            push_num(&mut head, "Content-Length", body.len() as u64);
-        }
         let close = !ctx.keep_alive;
-        finish_head(&mut head, close);
+        let length = (code != 204 && code != 304).then_some(body.len() as u64);
+        write_object_head(&mut head, o, code, age, status, range, length, close);
         let sent = if ctx.head_only { 0 } else { body.len() as u64 };
         self.metrics.response(code, sent);
         Reply {
@@ -953,4 +981,50 @@ fn same_origin_path(v: &[u8]) -> Option<&[u8]> {
         .or_else(|| v.strip_prefix(b"https://"))?;
     let i = rest.iter().position(|&c| c == b'/')?;
     Some(&rest[i..])
+}
+
+/// Request fields that [`Cache::hit_into`] leaves to the full path: a Via
+/// (loop detection), a Range, or a validator to compare.
+fn needs_full_path(name: &[u8]) -> bool {
+    [
+        &b"via"[..],
+        b"range",
+        b"if-none-match",
+        b"if-modified-since",
+    ]
+    .iter()
+    .any(|f| name.eq_ignore_ascii_case(f))
+}
+
+/// The head of a reply from a stored object: status line, the stored
+/// block, Age, X-Cache, Content-Range for a part, Content-Length (a 204
+/// or 304 has none), Connection.
+#[allow(clippy::too_many_arguments)]
+fn write_object_head(
+    head: &mut Vec<u8>,
+    o: &CachedObject,
+    code: u16,
+    age: u64,
+    status: CacheStatus,
+    range: Option<(u64, u64)>,
+    content_length: Option<u64>,
+    close: bool,
+) {
+    head.reserve(o.head_block.len() + 128);
+    if code == 200 {
+        head.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        head.extend_from_slice(&status_line(code));
+    }
+    head.extend_from_slice(&o.head_block);
+    push_num(head, "Age", age);
+    push_str_field(head, "X-Cache", status.as_str());
+    if let Some((start, end)) = range {
+        let len = o.body.len();
+        push_field(head, "Content-Range", format!("bytes {start}-{end}/{len}"));
+    }
+    if let Some(n) = content_length {
+        push_num(head, "Content-Length", n);
+    }
+    finish_head(head, close);
 }

@@ -30,6 +30,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use tokio::io::unix::AsyncFd;
 use vcdn_http::{parse_request, BodyFraming, Limits, Method};
 
+use crate::metrics::HitTally;
 use crate::proxy::Cache;
 use crate::reply::{Reply, ReplyBody};
 use crate::server::{connection_from, Handover};
@@ -209,6 +210,7 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
         accept_paused: None,
         now: Instant::now(),
         scratch: BytesMut::new(),
+        tally: HitTally::default(),
     };
     f.queue.push_back(accept_entry(f.listener_fd));
     let idle = Duration::from_millis(cache.cfg.idle_timeout_ms);
@@ -264,6 +266,7 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
         for &(ud, res, flags) in &done {
             f.complete(&mut bufs, ud, res, flags);
         }
+        f.cache.metrics.add_hits(&mut f.tally);
         if f.accept_paused.is_some_and(|t| t <= f.now) {
             f.accept_paused = None;
             f.queue.push_back(accept_entry(f.listener_fd));
@@ -346,6 +349,8 @@ struct Front {
     /// space is reclaimed once the requests are answered: no allocation per
     /// receive.
     scratch: BytesMut,
+    /// Hits answered in this batch, added to the metrics after it.
+    tally: HitTally,
 }
 
 impl Front {
@@ -491,7 +496,15 @@ impl Front {
         };
         let mut at = 0;
         while at < data.len() {
-            let rest = data.slice(at..);
+            // The usual arrival holds one request: parse it without taking
+            // another reference to the buffer.
+            let sliced;
+            let rest = if at == 0 {
+                &data
+            } else {
+                sliced = data.slice(at..);
+                &sliced
+            };
             if c.out.len() >= OUT_MAX {
                 // Enough answers for one send; the rest waits for it.
                 let later = std::mem::take(&mut c.pending);
@@ -499,7 +512,7 @@ impl Front {
                 c.pending.extend_from_slice(&later);
                 break;
             }
-            let head = match parse_request(&rest, &self.limits) {
+            let head = match parse_request(rest, &self.limits) {
                 Ok(Some((head, n))) => {
                     at += n;
                     head
@@ -532,20 +545,32 @@ impl Front {
             }
             let reply = match self.cache.admit(&head) {
                 Some(r) => r,
-                None => match self
-                    .cache
-                    .try_hit(&head, std::mem::take(&mut self.spare_head))
-                {
-                    Ok(r) => r,
-                    Err(buf) => {
-                        self.spare_head = buf;
-                        c.handover = Some(Handover {
-                            rbuf: BytesMut::from(&rest[..]),
-                            ..Default::default()
-                        });
-                        break;
+                None => {
+                    let hit = self
+                        .cache
+                        .hit_into(&head, &mut c.out, INLINE_BODY, &mut self.tally);
+                    if let Some(close) = hit {
+                        if close {
+                            c.close_after = true;
+                            break;
+                        }
+                        continue;
                     }
-                },
+                    match self
+                        .cache
+                        .try_hit(&head, std::mem::take(&mut self.spare_head))
+                    {
+                        Ok(r) => r,
+                        Err(buf) => {
+                            self.spare_head = buf;
+                            c.handover = Some(Handover {
+                                rbuf: BytesMut::from(&rest[..]),
+                                ..Default::default()
+                            });
+                            break;
+                        }
+                    }
+                }
             };
             let head_only = head.method == Method::Head;
             let close = reply.close || !head.keep_alive;

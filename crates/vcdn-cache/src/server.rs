@@ -18,6 +18,7 @@ use tokio::io::unix::AsyncFd;
 use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use vcdn_http::{parse_request, BodyFraming, Limits, Method, ParseError, RequestHead};
 
+use crate::metrics::HitTally;
 use crate::proxy::Cache;
 use crate::reply::{error_reply, Reply, ReplyBody};
 
@@ -206,6 +207,20 @@ impl Conn<'_> {
             let reply = if let Some(r) = self.cache.admit(&head) {
                 r
             } else {
+                let mut tally = HitTally::default();
+                let hit = self
+                    .cache
+                    .hit_into(&head, &mut self.out, INLINE_BODY, &mut tally);
+                if let Some(close) = hit {
+                    self.cache.metrics.add_hits(&mut tally);
+                    if close {
+                        return self.flush().await;
+                    }
+                    if self.out.len() > MAX_BATCH {
+                        self.flush().await?;
+                    }
+                    continue;
+                }
                 match self
                     .cache
                     .try_hit(&head, std::mem::take(&mut self.spare_head))

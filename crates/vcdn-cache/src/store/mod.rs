@@ -125,6 +125,21 @@ impl Store {
         }
     }
 
+    /// [`Store::resolve`] and [`Store::get_memory`] under one lock, for
+    /// the hot path: the object in memory for this request, if any.
+    pub fn memory_object(&self, primary: &[u8], request: &Headers) -> Option<Arc<CachedObject>> {
+        let pid = ObjectId::of(primary);
+        let mut m = self.mem.lock();
+        let found = match m.vary.get(&pid) {
+            Some(v) => {
+                let key = variant_key(primary, &v.names, request);
+                m.lru.get(&ObjectId::of(&key)).filter(|o| o.key == key)
+            }
+            None => m.lru.get(&pid).filter(|o| o.key == primary),
+        };
+        found.cloned()
+    }
+
     /// Look up in memory only (never blocks).
     pub fn get_memory(&self, id: ObjectId, key: &[u8]) -> Option<Arc<CachedObject>> {
         let mut m = self.mem.lock();
