@@ -113,6 +113,7 @@ install_packages() {
   command -v wrk >/dev/null || missing+=(wrk)
   command -v taskset >/dev/null || missing+=(util-linux)
   command -v curl >/dev/null || missing+=(curl)
+  command -v cc >/dev/null || missing+=(gcc libc6-dev)
   if ((${#missing[@]})); then
     log "installing: ${missing[*]}"
     apt-get update -qq
@@ -373,6 +374,9 @@ enter_quota() {
 
 # -------------------------------------------------------------------- wrk --
 
+# The cross-CPU round trip between the server's and the client's CPU, in ns.
+xcpu_ns() { "$TMP/xcpu" "$SERVER_CPU" "$CLIENT_CPU"; }
+
 # run_wrk SERVER ROOTPID MODE SCENARIO_INDEX -> appends a row to results.tsv
 run_wrk() {
   local s=$1 root=$2 mode=$3 idx=$4 title path conns url out
@@ -387,12 +391,14 @@ run_wrk() {
       wrk -t"$threads" -c"$conns" -d"$WARMUP" --timeout 5s "$url" >/dev/null 2>&1 || true
     sleep 0.5
   fi
-  local t0 t1 o0 o1 c0 c1
+  local t0 t1 o0 o1 c0 c1 x0 x1
+  x0=$(xcpu_ns)
   t0=$(cpu_ticks "$root"); o0=$(cpu_ticks "$ORIGIN_PID"); c0=$(core_busy_ticks)
   timeout $((DUR_S + 30)) taskset -c "$CLIENT_CPU" \
     wrk -t"$threads" -c"$conns" -d"$DURATION" --timeout 5s -s "$TMP/report.lua" "$url" >"$out" 2>&1 \
     || { log "wrk exited non-zero for ${LABEL[$s]} ($mode, $title):"; cat "$out" >&2; }
   t1=$(cpu_ticks "$root"); o1=$(cpu_ticks "$ORIGIN_PID"); c1=$(core_busy_ticks)
+  x1=$(xcpu_ns)
   local line
   line=$(grep '^BENCH ' "$out" || true)
   if [[ -z $line ]]; then
@@ -407,10 +413,10 @@ run_wrk() {
     o = (b - a - s) / hz; if (o < 0) o = 0; printf "%.2f", o }')
   cpu_s=$(awk -v a="$t0" -v b="$t1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / hz }')
   origin_cpu_s=$(awk -v a="$o0" -v b="$o1" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) / hz }')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "$idx" "$s" "$requests" "$bytes" \
-    "$duration_us" "$cpu_s" "$origin_cpu_s" "$((sock_errors + non2xx))" "$p99_us" "$conns" "$other_s" >>"$TMP/results.tsv"
-  log "$(printf '%-8s %-5s %-40s %10.0f req/s  cpu %5ss  errors %s' "${LABEL[$s]}" "$mode" "$title" \
-    "$(awk -v r="$requests" -v d="$duration_us" 'BEGIN { print r / (d / 1e6) }')" "$cpu_s" "$((sock_errors + non2xx))")"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "$idx" "$s" "$requests" "$bytes" \
+    "$duration_us" "$cpu_s" "$origin_cpu_s" "$((sock_errors + non2xx))" "$p99_us" "$conns" "$other_s" "$x0/$x1" >>"$TMP/results.tsv"
+  log "$(printf '%-8s %-5s %-40s %10.0f req/s  cpu %5ss  errors %s  cross-CPU %s ns' "${LABEL[$s]}" "$mode" "$title" \
+    "$(awk -v r="$requests" -v d="$duration_us" 'BEGIN { print r / (d / 1e6) }')" "$cpu_s" "$((sock_errors + non2xx))" "$x0/$x1")"
   if awk -v o="$other_s" -v d="$DUR_S" 'BEGIN { exit !(o > 0.10 * d) }'; then
     log "WARNING: ${other_s}s of CPU $SERVER_CPU busy time was not charged to the server (other processes or ksoftirqd): numbers may be disturbed"
   fi
@@ -423,7 +429,7 @@ run_wrk() {
 
 # ----------------------------------------------------------------- report --
 # Markdown tables from results.tsv:
-# mode idx server requests bytes duration_us cpu_s origin_cpu_s errors p99_us conns other_s
+# mode idx server requests bytes duration_us cpu_s origin_cpu_s errors p99_us conns other_s xcpu
 report() {
   local idx title path conns
   {
@@ -438,6 +444,7 @@ report() {
     echo "- CPU$SERVER_CPU busy-s not charged to server = busy time of the server's core (/proc/stat) minus server CPU-s: foreign processes, ksoftirqd, or uncharged softirq; should be near 0 on a quiet machine"
     echo "- interrupt accounting: $(irq_accounting)"
     echo "- MiB = 2^20 bytes of response (headers + body) as counted by wrk"
+    echo "- cross-CPU ns = round trip of one cache line between CPU $SERVER_CPU and CPU $CLIENT_CPU (bench/xcpu.c) just before / just after the run. On a VM it follows where the host placed the two vCPUs (here ~80-100 ns or ~380 ns, changing every few tens of seconds), and every request and answer crosses between those CPUs: compare servers on runs with similar values"
     [[ -n $QUOTA_KIND ]] && echo "- quota: $QUOTA_KIND"
     [[ -n $QUOTA_WHY ]] && echo "- quota mode skipped: $QUOTA_WHY"
     local disturbed
@@ -479,19 +486,19 @@ report() {
             d = f[6] / 1e6
             rps[s] = f[4] / d; mibs[s] = f[5] / d / 1048576; cpu[s] = f[7]; err[s] = f[9]; p99[s] = f[10] / 1000
             rpc[s] = (f[7] > 0) ? f[4] / f[7] : 0; mpc[s] = (f[7] > 0) ? f[5] / 1048576 / f[7] : 0
-            util[s] = f[7] / d * 100; ocpu[s] = f[8]; other[s] = f[12]
+            util[s] = f[7] / d * 100; ocpu[s] = f[8]; other[s] = f[12]; xcpu[s] = f[13]
           }
           n = split(servers, order, " ")
           if (mode == "cpu") {
-            print "| server | req/s | MiB/s | server CPU-s | CPU util | req per CPU-s | MiB per CPU-s | p99 ms | errors | CPU" cpuid " busy-s not charged to server |"
-            print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            print "| server | req/s | MiB/s | server CPU-s | CPU util | req per CPU-s | MiB per CPU-s | p99 ms | errors | CPU" cpuid " busy-s not charged to server | cross-CPU ns |"
+            print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
           } else {
             print "| server | req/s | MiB/s | server CPU-s | p99 ms | errors |"
             print "|---|---:|---:|---:|---:|---:|"
           }
           for (i = 1; i <= n; i++) { s = order[i]; if (!(s in rps)) continue
             if (mode == "cpu")
-              printf "| %s | %.0f | %.1f | %.2f | %.0f%% | %.0f | %.1f | %.2f | %d | %.2f |\n", lbl(s), rps[s], mibs[s], cpu[s], util[s], rpc[s], mpc[s], p99[s], err[s], other[s]
+              printf "| %s | %.0f | %.1f | %.2f | %.0f%% | %.0f | %.1f | %.2f | %d | %.2f | %s |\n", lbl(s), rps[s], mibs[s], cpu[s], util[s], rpc[s], mpc[s], p99[s], err[s], other[s], xcpu[s]
             else
               printf "| %s | %.0f | %.1f | %.2f | %.2f | %d |\n", lbl(s), rps[s], mibs[s], cpu[s], p99[s], err[s]
           }
@@ -569,6 +576,7 @@ main() {
   local p
   for p in "$ORIGIN_PORT" "${PORT[@]}"; do port_free "$p" || die "port $p is already in use (set BASE_PORT)"; done
 
+  cc -O2 -pthread "$ROOT/bench/xcpu.c" -o "$TMP/xcpu" || die "cannot build bench/xcpu.c"
   start_origin
   ORIGIN_PID=$LAST_PID
   STARTED+=("$ORIGIN_PID")
