@@ -375,7 +375,11 @@ enter_quota() {
 # -------------------------------------------------------------------- wrk --
 
 # The cross-CPU round trip between the server's and the client's CPU, in ns.
+# Below NEAR_NS before and after a run the two CPUs shared a cache, above
+# FAR_NS they did not (this VM shows ~80-100 ns or ~370-400 ns).
 xcpu_ns() { "$TMP/xcpu" "$SERVER_CPU" "$CLIENT_CPU"; }
+NEAR_NS=${NEAR_NS:-200}
+FAR_NS=${FAR_NS:-250}
 
 # run_wrk SERVER ROOTPID MODE SCENARIO_INDEX -> appends a row to results.tsv
 run_wrk() {
@@ -444,7 +448,7 @@ report() {
     echo "- CPU$SERVER_CPU busy-s not charged to server = busy time of the server's core (/proc/stat) minus server CPU-s: foreign processes, ksoftirqd, or uncharged softirq; should be near 0 on a quiet machine"
     echo "- interrupt accounting: $(irq_accounting)"
     echo "- MiB = 2^20 bytes of response (headers + body) as counted by wrk"
-    echo "- cross-CPU ns = round trip of one cache line between CPU $SERVER_CPU and CPU $CLIENT_CPU (bench/xcpu.c) just before / just after the run. On a VM it follows where the host placed the two vCPUs (here ~80-100 ns or ~380 ns, changing every few tens of seconds), and every request and answer crosses between those CPUs: compare servers on runs with similar values"
+    echo "- cross-CPU ns = round trip of one cache line between CPU $SERVER_CPU and CPU $CLIENT_CPU (bench/xcpu.c) just before / just after the run. On a VM it follows where the host placed the two vCPUs (here ~80-100 ns or ~380 ns, changing every few tens of seconds), and every request and answer crosses between those CPUs; the placement table under each scenario compares the servers on runs with like values (medians of those runs)"
     [[ -n $QUOTA_KIND ]] && echo "- quota: $QUOTA_KIND"
     [[ -n $QUOTA_WHY ]] && echo "- quota mode skipped: $QUOTA_WHY"
     local disturbed
@@ -467,14 +471,27 @@ report() {
         echo "## $title - capped to half a core ($((QUOTA_US / 1000)) ms per $((PERIOD_US / 1000)) ms)"
       fi
       echo
-      awk -F'\t' -v mode="$mode" -v idx="$idx" -v servers="$SERVERS" -v cpuid="$SERVER_CPU" '
+      awk -F'\t' -v mode="$mode" -v idx="$idx" -v servers="$SERVERS" -v cpuid="$SERVER_CPU" \
+        -v NEAR_NS="$NEAR_NS" -v FAR_NS="$FAR_NS" '
         function lbl(s) { return s == "vcdn" ? "vcdn" : s == "nginx" ? "nginx" : s == "varnish" ? "Varnish" : "ATS" }
         function ratio(a, b) { return (a > 0 && b > 0) ? sprintf("%.2fx", a / b) : "n/a" }
         # With ROUNDS > 1 a server has several rows: keep the median one (by
         # requests per CPU-second, or per second under the quota).
+        function med(s, c,   m, i, j, t, v) {
+          m = pcnt[s, c]; if (!m) return 0
+          for (i = 1; i <= m; i++) v[i] = pval[s, c, i]
+          for (i = 2; i <= m; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+          return (m % 2) ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
+        }
         $1 == mode && $2 == idx {
           s = $3; k = ++cnt[s]; row[s, k] = $0
           key[s, k] = (mode == "cpu") ? (($7 > 0) ? $4 / $7 : 0) : $4 / ($6 / 1e6)
+          # The vCPU placement during the run, when the probe read the same
+          # before and after: "near" (the CPUs share a cache) or "far".
+          split($13, xs, "/"); c = ""
+          if (xs[1] != "" && xs[1] < NEAR_NS && xs[2] < NEAR_NS) c = "near"
+          if (xs[1] > FAR_NS && xs[2] > FAR_NS) c = "far"
+          if (c != "") pval[s, c, ++pcnt[s, c]] = key[s, k]
         }
         END {
           for (s in cnt) {
@@ -516,6 +533,17 @@ report() {
               printf "| vcdn/%s | %s | %s |\n", lbl(p), ratio(rpc["vcdn"], rpc[p]), ratio(mpc["vcdn"], mpc[p]) }
             if (("varnish" in rps) || ("ats" in rps))
               printf "| vcdn/best(Varnish, ATS) | %s | %s |\n", ratio(rpc["vcdn"], brpc), ratio(mpc["vcdn"], bmpc)
+            # The same runs grouped by vCPU placement: ratios of servers
+            # measured in like conditions.
+            print ""
+            print "| placement | runs | vcdn/nginx | vcdn/best(Varnish, ATS) | vcdn req per CPU-s |"
+            print "|---|---|---:|---:|---:|"
+            split("near far", cls, " ")
+            for (i = 1; i <= 2; i++) { c = cls[i]; runs = ""
+              for (j = 1; j <= n; j++) runs = runs (j > 1 ? ", " : "") lbl(order[j]) " " pcnt[order[j], c] + 0
+              b = med("varnish", c) > med("ats", c) ? med("varnish", c) : med("ats", c)
+              v = med("vcdn", c) ? sprintf("%.0f", med("vcdn", c)) : "n/a"
+              printf "| %s | %s | %s | %s | %s |\n", (c == "near" ? "CPUs share a cache (< " NEAR_NS " ns)" : "CPUs apart (> " FAR_NS " ns)"), runs, ratio(med("vcdn", c), med("nginx", c)), ratio(med("vcdn", c), b), v }
           } else {
             print "| ratio | req/s under quota |"
             print "|---|---:|"
