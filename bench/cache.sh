@@ -27,6 +27,10 @@
 #   VCDN_BIN=target/release/vcdn   SKIP_BUILD=1 skips `cargo build`
 #   VCDN_CACHE_ARGS=""   extra args for `vcdn cache`
 #   CGROUP_V1_FALLBACK=1 use the cgroup v1 cpu controller when v2 has no cpu
+#   NEAR_NS=200 FAR_NS=250   cross-CPU round trip (bench/xcpu.c, measured
+#                    before and after each run) below which the two CPUs
+#                    count as sharing a cache, above which as apart; the
+#                    report also gives the ratios per placement
 #
 # Needs root (apt-get, cgroups). Only loopback traffic.
 set -euo pipefail
