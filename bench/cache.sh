@@ -479,14 +479,15 @@ report() {
         -v NEAR_NS="$NEAR_NS" -v FAR_NS="$FAR_NS" '
         function lbl(s) { return s == "vcdn" ? "vcdn" : s == "nginx" ? "nginx" : s == "varnish" ? "Varnish" : "ATS" }
         function ratio(a, b) { return (a > 0 && b > 0) ? sprintf("%.2fx", a / b) : "n/a" }
-        # With ROUNDS > 1 a server has several rows: keep the median one (by
-        # requests per CPU-second, or per second under the quota).
+        # Median of the per-CPU-second figures of one placement class.
         function med(s, c,   m, i, j, t, v) {
           m = pcnt[s, c]; if (!m) return 0
           for (i = 1; i <= m; i++) v[i] = pval[s, c, i]
           for (i = 2; i <= m; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
           return (m % 2) ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
         }
+        # With ROUNDS > 1 a server has several rows: keep the median one (by
+        # requests per CPU-second, or per second under the quota).
         $1 == mode && $2 == idx {
           s = $3; k = ++cnt[s]; row[s, k] = $0
           key[s, k] = (mode == "cpu") ? (($7 > 0) ? $4 / $7 : 0) : $4 / ($6 / 1e6)
