@@ -45,6 +45,16 @@ pub struct Cache {
     bypass_base: String,
 }
 
+/// See [`Cache::at_once`].
+pub enum AtOnce {
+    /// The answer is in the output buffer; whether to close after it.
+    Written { close: bool },
+    /// This reply answers the request.
+    Reply(Reply),
+    /// Nothing could be answered at once: [`Cache::handle`] decides.
+    Later,
+}
+
 /// Per-request facts the reply builder needs.
 struct Ctx<'a> {
     req: &'a RequestHead,
@@ -142,7 +152,7 @@ impl Cache {
     /// The admission filter's verdict on a GET or HEAD: `Some(302)` to the
     /// origin when the content was not requested recently (the request is
     /// then neither proxied nor cached here), `None` to serve it.
-    pub fn admit(&self, req: &RequestHead) -> Option<Reply> {
+    fn admit(&self, req: &RequestHead) -> Option<Reply> {
         let filter = self.admission.as_ref()?;
         if !matches!(req.method, Method::Get | Method::Head) {
             return None;
@@ -174,16 +184,40 @@ impl Cache {
         })
     }
 
-    /// The fast path: a fresh hit in memory is answered without entering
-    /// the asynchronous machinery, its head written into `buf`.
+    /// What a front end can answer without the asynchronous machinery: an
+    /// admission-filter redirect, or a fresh memory hit, written straight
+    /// into `out` when its body is at most `max_body` bytes (the usual
+    /// case), else as a reply whose head reuses `spare`.
+    pub fn at_once(
+        &self,
+        req: &RequestHead,
+        out: &mut Vec<u8>,
+        max_body: usize,
+        spare: &mut Vec<u8>,
+        tally: &mut HitTally,
+    ) -> AtOnce {
+        if let Some(r) = self.admit(req) {
+            return AtOnce::Reply(r);
+        }
+        if let Some(close) = self.hit_into(req, out, max_body, tally) {
+            return AtOnce::Written { close };
+        }
+        match self.try_hit(req, std::mem::take(spare)) {
+            Ok(r) => AtOnce::Reply(r),
+            Err(buf) => {
+                *spare = buf;
+                AtOnce::Later
+            }
+        }
+    }
+
+    /// A fresh hit in memory as a reply, its head written into `buf`.
     /// `Err(buf)`: go through [`Cache::handle`].
-    pub fn try_hit(&self, req: &RequestHead, buf: Vec<u8>) -> Result<Reply, Vec<u8>> {
+    fn try_hit(&self, req: &RequestHead, buf: Vec<u8>) -> Result<Reply, Vec<u8>> {
         if !matches!(req.method, Method::Get | Method::Head) || req.headers.contains(b"via") {
             return Err(buf);
         }
-        let primary = req.target.slice_ref(req.path_and_query());
-        let (id, key) = self.store.resolve(&primary, &req.headers);
-        let Some(o) = self.store.get_memory(id, &key) else {
+        let Some(o) = self.store.memory_object(req.path_and_query(), &req.headers) else {
             return Err(buf);
         };
         let now = date::unix_now();
@@ -205,7 +239,7 @@ impl Cache {
     /// the object's; shared counters go through `tally`. Returns whether
     /// the connection closes after it, or `None` (nothing written) when
     /// [`Cache::try_hit`] must decide.
-    pub fn hit_into(
+    fn hit_into(
         &self,
         req: &RequestHead,
         out: &mut Vec<u8>,

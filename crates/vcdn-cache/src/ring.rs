@@ -31,7 +31,7 @@ use tokio::io::unix::AsyncFd;
 use vcdn_http::{parse_request, BodyFraming, Limits, Method};
 
 use crate::metrics::HitTally;
-use crate::proxy::Cache;
+use crate::proxy::{AtOnce, Cache};
 use crate::reply::{Reply, ReplyBody};
 use crate::server::{connection_from, Handover};
 
@@ -543,33 +543,25 @@ impl Front {
                 });
                 break;
             }
-            let reply = match self.cache.admit(&head) {
-                Some(r) => r,
-                None => {
-                    let hit = self
-                        .cache
-                        .hit_into(&head, &mut c.out, INLINE_BODY, &mut self.tally);
-                    if let Some(close) = hit {
-                        if close {
-                            c.close_after = true;
-                            break;
-                        }
-                        continue;
-                    }
-                    match self
-                        .cache
-                        .try_hit(&head, std::mem::take(&mut self.spare_head))
-                    {
-                        Ok(r) => r,
-                        Err(buf) => {
-                            self.spare_head = buf;
-                            c.handover = Some(Handover {
-                                rbuf: BytesMut::from(&rest[..]),
-                                ..Default::default()
-                            });
-                            break;
-                        }
-                    }
+            let reply = match self.cache.at_once(
+                &head,
+                &mut c.out,
+                INLINE_BODY,
+                &mut self.spare_head,
+                &mut self.tally,
+            ) {
+                AtOnce::Written { close: false } => continue,
+                AtOnce::Written { close: true } => {
+                    c.close_after = true;
+                    break;
+                }
+                AtOnce::Reply(r) => r,
+                AtOnce::Later => {
+                    c.handover = Some(Handover {
+                        rbuf: BytesMut::from(&rest[..]),
+                        ..Default::default()
+                    });
+                    break;
                 }
             };
             let head_only = head.method == Method::Head;

@@ -19,7 +19,7 @@ use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use vcdn_http::{parse_request, BodyFraming, Limits, Method, ParseError, RequestHead};
 
 use crate::metrics::HitTally;
-use crate::proxy::Cache;
+use crate::proxy::{AtOnce, Cache};
 use crate::reply::{error_reply, Reply, ReplyBody};
 
 /// Bodies up to this size are copied into the batch buffer; larger ones are
@@ -204,14 +204,15 @@ impl Conn<'_> {
             // A fresh memory hit is answered at once; anything else goes
             // through the handler, boxed because its state is large and a
             // waiting connection should not carry it.
-            let reply = if let Some(r) = self.cache.admit(&head) {
-                r
-            } else {
-                let mut tally = HitTally::default();
-                let hit = self
-                    .cache
-                    .hit_into(&head, &mut self.out, INLINE_BODY, &mut tally);
-                if let Some(close) = hit {
+            let mut tally = HitTally::default();
+            let reply = match self.cache.at_once(
+                &head,
+                &mut self.out,
+                INLINE_BODY,
+                &mut self.spare_head,
+                &mut tally,
+            ) {
+                AtOnce::Written { close } => {
                     self.cache.metrics.add_hits(&mut tally);
                     if close {
                         return self.flush().await;
@@ -221,16 +222,8 @@ impl Conn<'_> {
                     }
                     continue;
                 }
-                match self
-                    .cache
-                    .try_hit(&head, std::mem::take(&mut self.spare_head))
-                {
-                    Ok(r) => r,
-                    Err(buf) => {
-                        self.spare_head = buf;
-                        Box::pin(self.cache.handle(&head, body, self.peer.ip())).await
-                    }
-                }
+                AtOnce::Reply(r) => r,
+                AtOnce::Later => Box::pin(self.cache.handle(&head, body, self.peer.ip())).await,
             };
             let close = reply.close || !head.keep_alive;
             let head_only = head.method == Method::Head;
