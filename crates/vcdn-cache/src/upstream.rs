@@ -4,6 +4,7 @@
 //! response byte (typically a pooled connection the upstream had closed).
 
 use std::net::SocketAddr;
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -60,7 +61,12 @@ pub struct Upstream {
     pub authority: String,
     /// Path prefix prepended to every request path.
     base_path: String,
-    idle: Mutex<Vec<TcpStream>>,
+    /// Idle keep-alive connections, oldest first, each with the thread that
+    /// opened it. A connection is registered with the reactor of that
+    /// thread's runtime, so only that thread takes it again: on another, its
+    /// readiness would wait for the owner to turn its reactor, which a busy
+    /// serving thread does only between batches of its ring.
+    idle: Mutex<Vec<(ThreadId, TcpStream)>>,
     /// Requests sent a second time after a failed connection.
     pub retries: std::sync::atomic::AtomicU64,
 }
@@ -165,8 +171,7 @@ impl Upstream {
         let wire = self.encode(req);
         let mut retried = false;
         loop {
-            let pooled = self.idle.lock().pop();
-            let mut conn = match pooled {
+            let mut conn = match self.take_idle() {
                 Some(c) => c,
                 None => match self.connect().await {
                     Ok(c) => c,
@@ -262,11 +267,25 @@ impl Upstream {
         }
     }
 
-    fn give_back(&self, conn: TcpStream) {
+    /// The most recently used idle connection this thread opened.
+    fn take_idle(&self) -> Option<TcpStream> {
+        let me = std::thread::current().id();
         let mut idle = self.idle.lock();
-        if idle.len() < self.cfg.max_idle {
-            idle.push(conn);
+        let i = idle.iter().rposition(|(owner, _)| *owner == me)?;
+        Some(idle.remove(i).1)
+    }
+
+    /// Pool a connection after a clean response. When the pool is full the
+    /// longest idle one goes, the likeliest to have been closed upstream.
+    fn give_back(&self, conn: TcpStream) {
+        if self.cfg.max_idle == 0 {
+            return;
         }
+        let mut idle = self.idle.lock();
+        if idle.len() >= self.cfg.max_idle {
+            idle.remove(0);
+        }
+        idle.push((std::thread::current().id(), conn));
     }
 }
 
@@ -391,5 +410,109 @@ impl UpstreamBody<'_> {
                 self.upstream.give_back(conn);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
+
+    /// A keep-alive origin on loopback that counts the connections it
+    /// accepts and answers every request head with a two-byte body.
+    fn origin() -> (SocketAddr, Arc<AtomicUsize>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let n = accepted.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                n.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let (mut buf, mut chunk) = (Vec::new(), [0u8; 1024]);
+                    loop {
+                        while let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..i + 4);
+                            let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                            if s.write_all(ok).is_err() {
+                                return;
+                            }
+                        }
+                        match s.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    async fn get(up: &Upstream) {
+        let req = UpstreamRequest {
+            method: b"GET",
+            path_and_query: b"/x",
+            headers: Vec::new(),
+            body: Bytes::new(),
+            idempotent: true,
+            head_only: false,
+        };
+        let mut r = up.send(&req).await.expect("upstream answers");
+        assert_eq!(r.head.status, 200);
+        while r.body.next().await.expect("whole body").is_some() {}
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// Thread A pools a connection and then blocks (as a serving thread
+    /// busy in its ring does): thread B must open its own instead of
+    /// borrowing A's, whose readiness only A's reactor would report, and A
+    /// still reuses its own afterwards.
+    #[test]
+    fn pooled_connections_stay_with_the_thread_that_opened_them() {
+        let (addr, accepted) = origin();
+        let up = Arc::new(
+            Upstream::new(UpstreamConfig {
+                url: format!("http://{addr}"),
+                connect_timeout: Duration::from_secs(2),
+                read_timeout: Duration::from_secs(2),
+                max_idle: 8,
+            })
+            .unwrap(),
+        );
+        let turn = Arc::new(Barrier::new(2));
+        let a = {
+            let (up, turn, accepted) = (up.clone(), turn.clone(), accepted.clone());
+            std::thread::spawn(move || {
+                runtime().block_on(async {
+                    get(&up).await;
+                    assert_eq!(up.idle_connections(), 1);
+                    turn.wait(); // B runs while this runtime is blocked
+                    turn.wait();
+                    get(&up).await;
+                    assert_eq!(accepted.load(Ordering::SeqCst), 2, "A reuses its own");
+                })
+            })
+        };
+        turn.wait();
+        let b = {
+            let up = up.clone();
+            std::thread::spawn(move || runtime().block_on(get(&up)))
+        };
+        b.join()
+            .expect("B's request completes on its own connection");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "B opened its own");
+        assert_eq!(up.idle_connections(), 2);
+        turn.wait();
+        a.join().unwrap();
     }
 }

@@ -686,7 +686,10 @@ async fn a_client_that_never_reads_meets_back_pressure() {
 async fn a_dead_pooled_upstream_connection_is_retried_once() {
     let o = origin();
     let port = o.addr.to_string();
-    let c = cache(o.addr, &[]);
+    // One serving thread: a pooled connection is taken again only by the
+    // thread that opened it, and the two requests below come on two client
+    // connections that could otherwise land on different threads.
+    let c = cache(o.addr, &["--threads", "1"]);
     // Leaves a keep-alive connection in the pool...
     get(c.addr, "/size/80").await;
     // ...which dies with the origin; a new origin takes the same address.

@@ -86,7 +86,8 @@ pub fn origin() -> Proc {
     spawn(&["origin", "--listen", "127.0.0.1:0"])
 }
 
-/// A cache in front of `upstream` with an admin API, plus extra flags.
+/// A cache in front of `upstream` with an admin API and two serving threads
+/// (unless `extra` says `--threads`), plus extra flags.
 pub fn cache(upstream: SocketAddr, extra: &[&str]) -> Proc {
     let up = format!("http://{upstream}");
     let mut args = vec![
@@ -99,9 +100,10 @@ pub fn cache(upstream: SocketAddr, extra: &[&str]) -> Proc {
         "127.0.0.1:0",
         "--admin-token",
         TOKEN,
-        "--threads",
-        "2",
     ];
+    if !extra.contains(&"--threads") {
+        args.extend_from_slice(&["--threads", "2"]);
+    }
     args.extend_from_slice(extra);
     spawn(&args)
 }
