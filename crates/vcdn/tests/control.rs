@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{eventually, tempdir};
+use support::{eventually, tempdir, TempDir};
 use vcdn_http::client;
 
 const OP: &str = "operator-secret";
@@ -30,7 +30,7 @@ fn free_port() -> u16 {
 /// instance it started (they outlive the control plane by design).
 struct Up {
     child: Option<Child>,
-    dir: PathBuf,
+    dir: TempDir,
     api: SocketAddr,
     dns: SocketAddr,
     origin: SocketAddr,
@@ -731,7 +731,7 @@ async fn a_lease_ends_the_service() {
 /// A throwaway PostgreSQL cluster from Debian's packages, run as the
 /// `postgres` user in a temporary directory.
 struct Postgres {
-    dir: PathBuf,
+    dir: TempDir,
     bin: PathBuf,
     port: u16,
 }

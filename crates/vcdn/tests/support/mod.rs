@@ -194,11 +194,41 @@ where
     false
 }
 
-pub fn tempdir(name: &str) -> PathBuf {
+/// A test's scratch directory, removed when dropped so that test runs leave
+/// nothing behind in the system's temporary directory. Declare it before the
+/// processes that write into it: they are then stopped before it goes.
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn tempdir(name: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!("vcdn-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("tempdir");
-    d
+    TempDir(d)
 }
 
 pub fn write_config(dir: &Path, text: &str) -> String {
