@@ -515,14 +515,14 @@ report() {
             print "| server | req/s | MiB/s | server CPU-s | CPU util | req per CPU-s | MiB per CPU-s | p99 ms | errors | CPU" cpuid " busy-s not charged to server | cross-CPU ns |"
             print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
           } else {
-            print "| server | req/s | MiB/s | server CPU-s | p99 ms | errors |"
-            print "|---|---:|---:|---:|---:|---:|"
+            print "| server | req/s | MiB/s | server CPU-s | p99 ms | errors | cross-CPU ns |"
+            print "|---|---:|---:|---:|---:|---:|---:|"
           }
           for (i = 1; i <= n; i++) { s = order[i]; if (!(s in rps)) continue
             if (mode == "cpu")
               printf "| %s | %.0f | %.1f | %.2f | %.0f%% | %.0f | %.1f | %.2f | %d | %.2f | %s |\n", lbl(s), rps[s], mibs[s], cpu[s], util[s], rpc[s], mpc[s], p99[s], err[s], other[s], xcpu[s]
             else
-              printf "| %s | %.0f | %.1f | %.2f | %.2f | %d |\n", lbl(s), rps[s], mibs[s], cpu[s], p99[s], err[s]
+              printf "| %s | %.0f | %.1f | %.2f | %.2f | %d | %s |\n", lbl(s), rps[s], mibs[s], cpu[s], p99[s], err[s], xcpu[s]
           }
           if (!("vcdn" in rps)) { print ""; next_ok = 0; exit }
           # best of the two dedicated caches
@@ -538,17 +538,6 @@ report() {
               printf "| vcdn/%s | %s | %s |\n", lbl(p), ratio(rpc["vcdn"], rpc[p]), ratio(mpc["vcdn"], mpc[p]) }
             if (("varnish" in rps) || ("ats" in rps))
               printf "| vcdn/best(Varnish, ATS) | %s | %s |\n", ratio(rpc["vcdn"], brpc), ratio(mpc["vcdn"], bmpc)
-            # The same runs grouped by vCPU placement: ratios of servers
-            # measured in like conditions.
-            print ""
-            print "| placement | runs | vcdn/nginx | vcdn/best(Varnish, ATS) | vcdn req per CPU-s |"
-            print "|---|---|---:|---:|---:|"
-            split("near far", cls, " ")
-            for (i = 1; i <= 2; i++) { c = cls[i]; runs = ""
-              for (j = 1; j <= n; j++) runs = runs (j > 1 ? ", " : "") lbl(order[j]) " " pcnt[order[j], c] + 0
-              b = med("varnish", c) > med("ats", c) ? med("varnish", c) : med("ats", c)
-              v = med("vcdn", c) ? sprintf("%.0f", med("vcdn", c)) : "n/a"
-              printf "| %s | %s | %s | %s | %s |\n", (c == "near" ? "CPUs share a cache (< " NEAR_NS " ns)" : "CPUs apart (> " FAR_NS " ns)"), runs, ratio(med("vcdn", c), med("nginx", c)), ratio(med("vcdn", c), b), v }
           } else {
             print "| ratio | req/s under quota |"
             print "|---|---:|"
@@ -558,6 +547,17 @@ report() {
             if (("varnish" in rps) || ("ats" in rps))
               printf "| vcdn/best(Varnish, ATS) | %s |\n", ratio(rps["vcdn"], brps)
           }
+          # The same runs grouped by vCPU placement: ratios of servers
+          # measured in like conditions.
+          print ""
+          print "| placement | runs | vcdn/nginx | vcdn/best(Varnish, ATS) | vcdn " (mode == "cpu" ? "req per CPU-s" : "req/s") " |"
+          print "|---|---|---:|---:|---:|"
+          split("near far", cls, " ")
+          for (i = 1; i <= 2; i++) { c = cls[i]; runs = ""
+            for (j = 1; j <= n; j++) runs = runs (j > 1 ? ", " : "") lbl(order[j]) " " pcnt[order[j], c] + 0
+            b = med("varnish", c) > med("ats", c) ? med("varnish", c) : med("ats", c)
+            v = med("vcdn", c) ? sprintf("%.0f", med("vcdn", c)) : "n/a"
+            printf "| %s | %s | %s | %s | %s |\n", (c == "near" ? "CPUs share a cache (< " NEAR_NS " ns)" : "CPUs apart (> " FAR_NS " ns)"), runs, ratio(med("vcdn", c), med("nginx", c)), ratio(med("vcdn", c), b), v }
           print ""
         }' "$TMP/results.tsv"
     done >>"$TMP/report.md"
