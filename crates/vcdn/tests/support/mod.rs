@@ -206,12 +206,6 @@ impl std::ops::Deref for TempDir {
     }
 }
 
-impl AsRef<Path> for TempDir {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
 impl AsRef<std::ffi::OsStr> for TempDir {
     fn as_ref(&self) -> &std::ffi::OsStr {
         self.0.as_os_str()
