@@ -53,6 +53,8 @@ VCDN_BIN=${VCDN_BIN:-$ROOT/target/release/vcdn}
 SKIP_BUILD=${SKIP_BUILD:-0}
 VCDN_CACHE_ARGS=${VCDN_CACHE_ARGS:-}
 CGROUP_V1_FALLBACK=${CGROUP_V1_FALLBACK:-1}
+NEAR_NS=${NEAR_NS:-200}
+FAR_NS=${FAR_NS:-250}
 
 SERVER_CPU=0        # server under test
 CLIENT_CPU=1        # wrk (and the origin, which only serves warm-up misses)
@@ -382,8 +384,6 @@ enter_quota() {
 # Below NEAR_NS before and after a run the two CPUs shared a cache, above
 # FAR_NS they did not (this VM shows ~80-100 ns or ~370-400 ns).
 xcpu_ns() { "$TMP/xcpu" "$SERVER_CPU" "$CLIENT_CPU"; }
-NEAR_NS=${NEAR_NS:-200}
-FAR_NS=${FAR_NS:-250}
 
 # run_wrk SERVER ROOTPID MODE SCENARIO_INDEX -> appends a row to results.tsv
 run_wrk() {
