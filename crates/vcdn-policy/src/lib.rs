@@ -12,10 +12,15 @@
 //!   capacity model (CDNaaS §V-A).
 //! - [`placement`]: instances onto hosts, consolidated or spread.
 //! - [`autoscale`]: scale-out and scale-in decisions with hysteresis.
+//! - [`origin`]: which addresses a customer's origin may have (the
+//!   operator's policy against server-side request forgery).
+//! - [`net`]: IP networks.
 
 pub mod admission;
 pub mod autoscale;
 pub mod dimensioning;
 pub mod hashing;
+pub mod net;
+pub mod origin;
 pub mod placement;
 pub mod popularity;
