@@ -191,6 +191,45 @@ impl OriginPolicy {
     }
 }
 
+/// The text form, rules in order: `deny non-public, allow 127.0.0.1:9000,
+/// deny 127.0.0.1:8070` (also `;` or newlines between rules). This is how
+/// the control plane hands a policy to the caches it starts.
+impl FromStr for OriginPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<OriginPolicy, String> {
+        let mut p = OriginPolicy::default();
+        for item in s
+            .split([',', ';', '\n'])
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+        {
+            let (action, rule) = match item.split_once(char::is_whitespace) {
+                Some(("allow", r)) => (Action::Allow, r),
+                Some(("deny", r)) => (Action::Deny, r),
+                _ => return Err(format!(
+                    "'{item}' is not an origin policy rule: expected 'allow RULE' or 'deny RULE'"
+                )),
+            };
+            p.add_text(action, rule)?;
+        }
+        Ok(p)
+    }
+}
+
+/// Writes the rules back in order (`non-public` as the networks it means).
+impl fmt::Display for OriginPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (a, r)) in self.rules.iter().enumerate() {
+            let a = match a {
+                Action::Allow => "allow",
+                Action::Deny => "deny",
+            };
+            write!(f, "{}{a} {r}", if i == 0 { "" } else { ", " })?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +299,21 @@ mod tests {
         assert!(!ok(&p, "127.10.0.5:8080"));
         let p = policy(&[(Action::Allow, "10.0.0.0/8"), (Action::Deny, "10.0.0.0/8")]);
         assert!(!ok(&p, "10.1.1.1:80"));
+    }
+
+    #[test]
+    fn text_form_round_trips_in_order() {
+        let p: OriginPolicy = "deny non-public; allow 127.0.0.1:9000, deny 127.0.0.1:8070"
+            .parse()
+            .unwrap();
+        assert_eq!(p.rules().len(), NON_PUBLIC.len() + 2);
+        let again: OriginPolicy = p.to_string().parse().unwrap();
+        assert_eq!(again, p);
+        assert!(ok(&again, "127.0.0.1:9000"));
+        assert!(!ok(&again, "127.0.0.1:8070"));
+        assert_eq!("".parse::<OriginPolicy>().unwrap(), OriginPolicy::default());
+        assert!("permit 10.0.0.0/8".parse::<OriginPolicy>().is_err());
+        assert!("deny".parse::<OriginPolicy>().is_err());
     }
 
     #[test]
