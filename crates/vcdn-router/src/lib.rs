@@ -91,7 +91,11 @@ pub async fn start(
         };
         dns::server::start_udp(router.clone(), sockets)
             .map_err(|e| format!("cannot start DNS threads: {e}"))?;
-        tokio::spawn(dns::server::serve_tcp(router.clone(), tcp));
+        tokio::spawn(dns::tcp::serve(
+            router.clone(),
+            tcp,
+            dns::tcp::Limits::default(),
+        ));
         listening.dns = Some(bound);
     }
     let serve_cfg = vcdn_http::serve::ServeConfig::default();

@@ -19,6 +19,10 @@ const RCODES: [Rcode; 6] = [
 pub struct Metrics {
     pub dns_udp: AtomicU64,
     pub dns_tcp: AtomicU64,
+    /// Idle TCP connections closed to make room for a new one.
+    pub dns_tcp_evicted: AtomicU64,
+    /// TCP connections refused because every slot was busy.
+    pub dns_tcp_refused: AtomicU64,
     pub dns_dropped: AtomicU64,
     pub dns_truncated: AtomicU64,
     pub dns_ecs: AtomicU64,
@@ -80,6 +84,26 @@ pub fn render(router: &Router) -> String {
     );
     let _ = writeln!(o, "# TYPE vcdn_router_dns_dropped_total counter");
     let _ = writeln!(o, "vcdn_router_dns_dropped_total {}", g(&m.dns_dropped));
+    let _ = writeln!(
+        o,
+        "# HELP vcdn_router_dns_tcp_evicted_total Idle DNS TCP connections closed to make room for new ones."
+    );
+    let _ = writeln!(o, "# TYPE vcdn_router_dns_tcp_evicted_total counter");
+    let _ = writeln!(
+        o,
+        "vcdn_router_dns_tcp_evicted_total {}",
+        g(&m.dns_tcp_evicted)
+    );
+    let _ = writeln!(
+        o,
+        "# HELP vcdn_router_dns_tcp_refused_total DNS TCP connections refused because every slot was busy with a query."
+    );
+    let _ = writeln!(o, "# TYPE vcdn_router_dns_tcp_refused_total counter");
+    let _ = writeln!(
+        o,
+        "vcdn_router_dns_tcp_refused_total {}",
+        g(&m.dns_tcp_refused)
+    );
     let _ = writeln!(
         o,
         "# HELP vcdn_router_dns_truncated_total UDP answers truncated (TC) for TCP retry."

@@ -480,6 +480,91 @@ async fn malformed_packets_do_not_hurt_the_server() {
     assert_eq!(addresses(&ok), vec!["127.10.0.1"]);
 }
 
+/// A DNS query for `name` and `qtype`, as bytes on the wire.
+fn raw_query(name: &str, qtype: u16) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&1u16.to_be_bytes());
+    q
+}
+
+/// The rcode of `query` asked over TCP from `from`.
+fn rcode_over_tcp(server: SocketAddr, from: &str, query: &[u8]) -> std::io::Result<u8> {
+    use std::io::{Read, Write};
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    s.bind(&SocketAddr::new(from.parse().unwrap(), 0).into())?;
+    s.connect_timeout(&server.into(), Duration::from_secs(2))?;
+    let mut s: std::net::TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(query);
+    s.write_all(&framed)?;
+    let mut head = [0u8; 6];
+    s.read_exact(&mut head)?;
+    Ok(head[5] & 0x0F)
+}
+
+#[tokio::test]
+async fn zone_transfers_are_refused_and_idle_tcp_clients_cannot_lock_others_out() {
+    let origin = origin();
+    let p1 = region_cache("127.10.0.1", origin.addr, &[]);
+    let dir = tempdir("router-tcp");
+    let r = start_router(
+        &dir,
+        &base_config(origin.addr, &[&p1], &[], "{ filter = \"none\" }"),
+    );
+    // AXFR and IXFR: REFUSED (not NOERROR with nothing in it), over TCP and
+    // UDP; other meta-types (MAILB): NOTIMP.
+    let udp = std::net::UdpSocket::bind("127.1.0.5:0").expect("udp");
+    udp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    for (qtype, want) in [(252u16, 5u8), (251, 5), (253, 4)] {
+        for name in ["cdn.example", "video.demo.example"] {
+            let q = raw_query(name, qtype);
+            let tcp = rcode_over_tcp(r.dns, "127.1.0.5", &q).expect("TCP answer");
+            assert_eq!(tcp, want, "qtype {qtype} for {name} over TCP");
+            udp.send_to(&q, r.dns).expect("send");
+            let mut buf = [0u8; 1500];
+            let n = udp.recv(&mut buf).expect("UDP answer");
+            assert!(n >= 12);
+            assert_eq!(buf[3] & 0x0F, want, "qtype {qtype} for {name} over UDP");
+        }
+    }
+
+    // 1,100 idle connections from 100 addresses (more than the router's
+    // 1,024 slots), and 40 more from one address (more than its share).
+    let mut idle = Vec::new();
+    for i in 0..1140u32 {
+        let from = if i < 1100 {
+            format!("127.5.{}.{}", i % 100, 1 + i / 100)
+        } else {
+            "127.6.0.1".to_string()
+        };
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        s.bind(&SocketAddr::new(from.parse().unwrap(), 0).into())
+            .expect("bind");
+        s.connect(&r.dns.into()).expect("connect");
+        idle.push(s);
+    }
+    // Someone else still gets answers over TCP (within the 2 s read
+    // timeout), and so does the client that opened too many.
+    for from in ["127.1.0.5", "127.1.0.6", "127.6.0.1"] {
+        let code = rcode_over_tcp(r.dns, from, &raw_query("video.demo.example", 1));
+        assert_eq!(code.ok(), Some(0), "TCP query from {from}");
+    }
+    let ok = dig(
+        r.dns,
+        &["+tcp", "-b", "127.1.0.5", "video.demo.example", "A"],
+    );
+    assert_eq!(addresses(&ok), vec!["127.10.0.1"]);
+    drop(idle);
+}
+
 #[tokio::test]
 async fn a_dead_cache_leaves_answers_within_a_second_and_returns() {
     let origin = origin();

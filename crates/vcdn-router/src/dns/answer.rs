@@ -10,7 +10,8 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::wire::{
     parse_query, ClientSubnet, Name, Query, QueryError, Rcode, ResponseHeader, ResponseWriter,
-    CLASS_IN, TYPE_A, TYPE_AAAA, TYPE_ANY, TYPE_CNAME, TYPE_NS, TYPE_SOA,
+    CLASS_IN, META_TYPES, TYPE_A, TYPE_AAAA, TYPE_ANY, TYPE_AXFR, TYPE_CNAME, TYPE_IXFR, TYPE_NS,
+    TYPE_SOA,
 };
 use crate::metrics::Metrics;
 use crate::routing::Choice;
@@ -91,6 +92,8 @@ enum Outcome<'a> {
     NoData,
     NxDomain,
     Refused,
+    /// A meta-type this server does not implement (MAILA, MAILB, TKEY, …).
+    NotImp,
 }
 
 fn build(
@@ -113,6 +116,11 @@ fn build(
     let outcome = match zone {
         _ if bad_version => Outcome::Refused,
         None => Outcome::Refused,
+        // Zone transfers are not offered: the zones are generated from the
+        // router's state, and a transfer would hand out every service's
+        // caches at once.
+        Some(_) if matches!(q.qtype, TYPE_AXFR | TYPE_IXFR) => Outcome::Refused,
+        Some(_) if q.qtype != TYPE_ANY && META_TYPES.contains(&q.qtype) => Outcome::NotImp,
         Some(zone) => {
             let at_apex = zone.apex == q.qname;
             if let Some(svc) = snap.service_by_host(q.qname.wire()) {
@@ -167,6 +175,7 @@ fn build(
     };
     let rcode = match outcome {
         Outcome::Refused => Rcode::Refused,
+        Outcome::NotImp => Rcode::NotImp,
         Outcome::NxDomain => Rcode::NxDomain,
         _ => Rcode::NoError,
     };
@@ -176,7 +185,7 @@ fn build(
         opcode: 0,
         rd: q.recursion_desired,
         cd: q.checking_disabled,
-        authoritative: zone.is_some(),
+        authoritative: zone.is_some() && !matches!(outcome, Outcome::Refused | Outcome::NotImp),
         rcode: if rcode == Rcode::BadVers {
             Rcode::NoError
         } else {
@@ -213,7 +222,7 @@ fn build(
                 w.authority();
                 w.soa(Some(&zone.apex), &zone.soa, zone.soa.minimum);
             }
-            Outcome::Refused => {}
+            Outcome::Refused | Outcome::NotImp => {}
         }
     }
     if let Some(e) = q.edns {

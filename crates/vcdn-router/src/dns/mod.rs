@@ -2,4 +2,5 @@
 
 pub mod answer;
 pub mod server;
+pub mod tcp;
 pub mod wire;

@@ -1,11 +1,10 @@
-//! DNS over UDP and TCP.
+//! DNS over UDP.
 //!
 //! UDP: one blocking thread per `dns.threads`, each with its own
 //! `SO_REUSEPORT` socket, receiving and sending up to 64 datagrams per
 //! system call (`recvmmsg`/`sendmmsg`); the compiled snapshot is re-read
 //! only when its version changes, so the hot path takes no lock.
-//! TCP (RFC 7766): length-prefixed messages, several per connection, with an
-//! idle timeout and a bound on concurrent connections.
+//! TCP is in [`super::tcp`].
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -16,17 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 
 use super::answer::{answer, Transport};
 use crate::state::Router;
 
 const BATCH: usize = 64;
 const MAX_PACKET: usize = 4096;
-const TCP_IDLE: Duration = Duration::from_secs(10);
-const TCP_MAX_CONNECTIONS: usize = 1024;
 
 fn udp_socket(addr: SocketAddr) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
@@ -191,68 +185,5 @@ fn udp_loop(router: Arc<Router>, socket: Socket) {
                 sent += r as usize;
             }
         }
-    }
-}
-
-/// Serves DNS over TCP on `listener` forever.
-pub async fn serve_tcp(router: Arc<Router>, listener: TcpListener) {
-    let limit = Arc::new(Semaphore::new(TCP_MAX_CONNECTIONS));
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(error = %e, "DNS TCP accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            drop(stream); // over the limit: close at once
-            continue;
-        };
-        let router = router.clone();
-        tokio::spawn(async move {
-            let _ = tcp_connection(router, stream, peer.ip()).await;
-            drop(permit);
-        });
-    }
-}
-
-async fn tcp_connection(router: Arc<Router>, mut s: TcpStream, peer: IpAddr) -> io::Result<()> {
-    let peer = match peer {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(peer),
-        v4 => v4,
-    };
-    let mut buf = vec![0u8; 65535];
-    let mut out = Vec::with_capacity(1024);
-    loop {
-        let mut len = [0u8; 2];
-        match tokio::time::timeout(TCP_IDLE, s.read_exact(&mut len)).await {
-            Ok(Ok(_)) => {}
-            _ => return Ok(()),
-        }
-        let n = u16::from_be_bytes(len) as usize;
-        match tokio::time::timeout(TCP_IDLE, s.read_exact(&mut buf[..n])).await {
-            Ok(Ok(_)) => {}
-            _ => return Ok(()),
-        }
-        router.metrics.dns_tcp.fetch_add(1, Ordering::Relaxed);
-        let snap = router.snapshot();
-        if !answer(
-            &snap,
-            &router.metrics,
-            &buf[..n],
-            peer,
-            Transport::Tcp,
-            &mut out,
-        ) {
-            return Ok(());
-        }
-        let mut framed = Vec::with_capacity(out.len() + 2);
-        framed.extend_from_slice(&(out.len() as u16).to_be_bytes());
-        framed.extend_from_slice(&out);
-        tokio::time::timeout(TCP_IDLE, s.write_all(&framed))
-            .await
-            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
     }
 }

@@ -18,7 +18,11 @@ pub const TYPE_SOA: u16 = 6;
 pub const TYPE_HINFO: u16 = 13;
 pub const TYPE_AAAA: u16 = 28;
 pub const TYPE_OPT: u16 = 41;
+pub const TYPE_IXFR: u16 = 251;
+pub const TYPE_AXFR: u16 = 252;
 pub const TYPE_ANY: u16 = 255;
+/// Meta-types and question-only types (RFC 6895 §3.1): 128–255.
+pub const META_TYPES: std::ops::RangeInclusive<u16> = 128..=255;
 pub const CLASS_IN: u16 = 1;
 const OPT_CLIENT_SUBNET: u16 = 8;
 
