@@ -888,7 +888,7 @@ impl Cache {
                     status: e.status(),
                     message: e.to_string(),
                 }));
-                self.forget(&fetch, registered);
+                self.forget(fetch, registered);
                 return;
             }
         };
@@ -911,7 +911,7 @@ impl Cache {
                 refreshed: Some(fresh),
             })));
             fetch.finish(Ok(()));
-            self.forget(&fetch, registered);
+            self.forget(fetch, registered);
             return;
         }
         let freshness = policy::freshness(&fetch.leader_headers, status, &headers, &self.policy);
@@ -931,7 +931,7 @@ impl Cache {
         })));
         if !storable {
             // Nobody else may join a response that will not be cached.
-            self.forget(&fetch, registered);
+            self.forget(fetch, registered);
         }
         let outcome = loop {
             match resp.body.next().await {
@@ -983,7 +983,7 @@ impl Cache {
                 self.put(o).await;
             }
         }
-        self.forget(&fetch, registered);
+        self.forget(fetch, registered);
     }
 
     /// Store in memory, and on disk when there is a disk tier.
@@ -1074,8 +1074,7 @@ impl Drop for Unfinished<'_> {
         if let Some(registered) = self.registered {
             self.fetch.finish(Err(FetchError {
                 status: 500,
-                message: "the cache failed while fetching this object (a bug; it is logged)"
-                    .into(),
+                message: "the cache failed while fetching this object (a bug; it is logged)".into(),
             }));
             self.cache.forget(self.fetch, registered);
         }

@@ -227,7 +227,12 @@ pub(crate) async fn connection_from(
     match result {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "connection ended"),
-        Err(p) => panic::report(&cache.metrics, &p, "serving a connection; closed it", Some(peer)),
+        Err(p) => panic::report(
+            &cache.metrics,
+            &p,
+            "serving a connection; closed it",
+            Some(peer),
+        ),
     }
 }
 

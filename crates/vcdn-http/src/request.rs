@@ -108,10 +108,16 @@ pub struct RequestHead {
 enum OriginForm {
     /// `target[start..]`: an origin-form target (start 0), `*`, or an
     /// absolute-form target that has a path.
-    InTarget { start: usize, authority: (usize, usize) },
+    InTarget {
+        start: usize,
+        authority: (usize, usize),
+    },
     /// An absolute-form target with an empty path: "/" followed by its
     /// query, if any (RFC 9112 §3.2.2, RFC 3986 §6.2.3), made by the parser.
-    Made { pq: Bytes, authority: (usize, usize) },
+    Made {
+        pq: Bytes,
+        authority: (usize, usize),
+    },
 }
 
 impl RequestHead {
@@ -193,7 +199,9 @@ fn split_target(target: &[u8], method: Method) -> Result<OriginForm, ParseError>
         return Err(ParseError::BadRequest("userinfo in request target"));
     }
     if auth.is_empty() || auth[0] == b':' || !valid_host(auth) {
-        return Err(ParseError::BadRequest("invalid authority in request target"));
+        return Err(ParseError::BadRequest(
+            "invalid authority in request target",
+        ));
     }
     let authority = (scheme, scheme + end);
     let start = scheme + end;
@@ -224,7 +232,10 @@ pub fn valid_host(v: &[u8]) -> bool {
             return false;
         };
         let inner = &v[1..close];
-        if inner.is_empty() || !inner.iter().all(|&c| is_unreserved_or_sub_delim(c) || c == b':')
+        if inner.is_empty()
+            || !inner
+                .iter()
+                .all(|&c| is_unreserved_or_sub_delim(c) || c == b':')
         {
             return false;
         }
@@ -573,13 +584,23 @@ mod tests {
 
     #[test]
     fn host_must_be_uri_host_and_port() {
-        for good in ["x", "a.example", "a.example:8080", "127.0.0.1:1", "[::1]:80", "", "a%41b"] {
+        for good in [
+            "x",
+            "a.example",
+            "a.example:8080",
+            "127.0.0.1:1",
+            "[::1]:80",
+            "",
+            "a%41b",
+        ] {
             assert!(
                 parse(&format!("GET / HTTP/1.1\r\nHost: {good}\r\n\r\n")).is_ok(),
                 "{good:?}"
             );
         }
-        for bad in ["a b", "a/b", "a@b", "a:b", "a:99999", "[::1", "a\"b", "a%4", "[]", "a:80:80"] {
+        for bad in [
+            "a b", "a/b", "a@b", "a:b", "a:99999", "[::1", "a\"b", "a%4", "[]", "a:80:80",
+        ] {
             assert_eq!(
                 status(&format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n")),
                 400,
@@ -592,7 +613,13 @@ mod tests {
 
     #[test]
     fn absolute_form_authority_is_checked() {
-        for bad in ["http:///x", "http://u@h/x", "http://a b/", "http://h:x/", "http://?q"] {
+        for bad in [
+            "http:///x",
+            "http://u@h/x",
+            "http://a b/",
+            "http://h:x/",
+            "http://?q",
+        ] {
             assert_eq!(
                 status(&format!("GET {bad} HTTP/1.1\r\nHost: h\r\n\r\n")),
                 400,
