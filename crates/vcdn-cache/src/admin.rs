@@ -145,6 +145,7 @@ pub fn stats(cache: &Cache) -> Value {
         "connections_open": g(&m.connections_open),
         "connections_total": g(&m.connections_total),
         "bad_requests": g(&m.bad_requests),
+        "panics": g(&m.panics),
         "upstream": {
             "url": cache.upstream.url(),
             "requests": g(&m.upstream_requests),

@@ -71,6 +71,10 @@ pub struct CacheConfig {
     /// Serve the hit path from io_uring when the kernel allows it (see
     /// `ring.rs`); false keeps every connection on the epoll loop.
     pub io_uring: bool,
+    /// Forward TRACE requests to the upstream. Off by default: TRACE echoes
+    /// the request, cookies and credentials included, so it is answered
+    /// 405 with an `Allow` field unless the service asks for it.
+    pub allow_trace: bool,
 }
 
 impl Default for CacheConfig {
@@ -104,6 +108,7 @@ impl Default for CacheConfig {
             admission_filter: None,
             admission_redirect: None,
             io_uring: true,
+            allow_trace: false,
         }
     }
 }

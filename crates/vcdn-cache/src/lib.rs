@@ -25,6 +25,7 @@ pub mod fetch;
 pub mod key;
 pub mod metrics;
 pub mod object;
+pub mod panic;
 pub mod policy;
 pub mod proxy;
 pub mod reply;
@@ -60,6 +61,7 @@ impl Running {
 /// accepts connections (the listen sockets exist before this returns).
 pub fn start(cfg: CacheConfig) -> Result<Running, String> {
     let cache = Arc::new(Cache::new(cfg)?);
+    panic::install_hook();
     let cfg = &cache.cfg;
     let threads = match cfg.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -155,11 +157,21 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                     }
                     if use_ring {
                         let fallback = l.try_clone();
-                        if let Err(e) = ring::serve(cache.clone(), l).await {
-                            tracing::warn!(error = %e, "io_uring front end failed; serving with epoll");
-                            if let Ok(l) = fallback {
-                                server::accept_loop(cache, l).await;
+                        let failed = match panic::boundary(ring::serve(cache.clone(), l)).await {
+                            Ok(Ok(())) => false,
+                            Ok(Err(e)) => {
+                                tracing::warn!(error = %e, "io_uring front end failed; serving with epoll");
+                                true
                             }
+                            Err(p) => {
+                                // Its connections were closed and uncounted
+                                // when it dropped; the thread serves on.
+                                panic::report(&cache.metrics, &p, "on the io_uring front end; serving with epoll", None);
+                                true
+                            }
+                        };
+                        if let (true, Ok(l)) = (failed, fallback) {
+                            server::accept_loop(cache, l).await;
                         }
                     } else {
                         server::accept_loop(cache, l).await;

@@ -79,6 +79,8 @@ pub struct Metrics {
     pub upstream_bytes: AtomicU64,
     pub evictions: AtomicU64,
     pub purged: AtomicU64,
+    /// Panics caught in request handling (bugs; see `crate::panic`).
+    pub panics: AtomicU64,
 }
 
 /// Hits answered on a serving thread and not yet added to [`Metrics`]:
@@ -138,7 +140,7 @@ impl Metrics {
             let _ = writeln!(o, "vcdn_cache_responses_total{{class=\"{i}xx\"}} {}", g(c));
         }
         let retries = AtomicU64::new(upstream_retries);
-        let counters: [(&str, &str, &AtomicU64); 11] = [
+        let counters: [(&str, &str, &AtomicU64); 12] = [
             (
                 "vcdn_cache_body_bytes_sent_total",
                 "Body bytes sent to clients.",
@@ -193,6 +195,11 @@ impl Metrics {
                 "vcdn_cache_purged_objects_total",
                 "Objects removed by purge or invalidation.",
                 &self.purged,
+            ),
+            (
+                "vcdn_cache_panics_total",
+                "Panics caught in request handling (bugs: each answered 500 or closed its connection, and logged once).",
+                &self.panics,
             ),
         ];
         for (name, help, c) in counters {

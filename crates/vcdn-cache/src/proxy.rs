@@ -17,6 +17,7 @@ use crate::fetch::{Fetch, FetchError, FetchReader, FetchedHead};
 use crate::key::{variant_key, vary_names, ObjectId};
 use crate::metrics::{CacheStatus, HitTally, Metrics};
 use crate::object::{CachedObject, ObjectParts, ObjectStats};
+use crate::panic;
 use crate::policy::{self, PolicyConfig, RangeAnswer, Usable};
 use crate::reply::{
     error_reply, finish_head, push_field, push_num, push_str_field, status_line, Reply, ReplyBody,
@@ -43,6 +44,28 @@ pub struct Cache {
     admission: Option<Mutex<LruFilter>>,
     /// Base URL filtered requests are redirected to.
     bypass_base: String,
+    /// Debug builds only: requests under this path panic on purpose, so
+    /// tests can prove the panic boundaries (see [`Cache::inject_fault`]).
+    #[cfg(debug_assertions)]
+    fault_panic: Option<Vec<u8>>,
+}
+
+/// Environment variable naming the path prefix whose requests panic on
+/// purpose, in debug builds only (release builds have no such code).
+#[cfg(debug_assertions)]
+pub const FAULT_PANIC_ENV: &str = "VCDN_CACHE_FAULT_PANIC";
+
+/// Where an injected fault fires.
+#[cfg(debug_assertions)]
+#[derive(PartialEq, Eq)]
+enum FaultAt {
+    /// In [`Cache::at_once`], on a serving thread's synchronous path
+    /// (the io_uring front end's batch): paths ending in `/at-once`.
+    AtOnce,
+    /// In the upstream fetch task: paths ending in `/in-fetch`.
+    InFetch,
+    /// In [`Cache::handle`], after an await: any other path.
+    Handle,
 }
 
 /// See [`Cache::at_once`].
@@ -105,6 +128,11 @@ impl Cache {
                 .unwrap_or_else(|| cfg.upstream.clone())
                 .trim_end_matches('/')
                 .to_string(),
+            #[cfg(debug_assertions)]
+            fault_panic: std::env::var(FAULT_PANIC_ENV)
+                .ok()
+                .filter(|p| !p.is_empty())
+                .map(String::into_bytes),
             cfg,
         })
     }
@@ -125,6 +153,31 @@ impl Cache {
             .collect()
     }
 
+    /// Debug builds: panic if `path` is under the fault-injection path and
+    /// names this place.
+    #[cfg(debug_assertions)]
+    fn inject_fault(&self, path: &[u8], at: FaultAt) {
+        let Some(prefix) = &self.fault_panic else {
+            return;
+        };
+        if !path.starts_with(prefix) {
+            return;
+        }
+        let here = if path.ends_with(b"/at-once") {
+            FaultAt::AtOnce
+        } else if path.ends_with(b"/in-fetch") {
+            FaultAt::InFetch
+        } else {
+            FaultAt::Handle
+        };
+        if here == at {
+            panic!(
+                "fault injected for {} ({FAULT_PANIC_ENV})",
+                String::from_utf8_lossy(path)
+            );
+        }
+    }
+
     /// Answer one request. `body` is the complete request body.
     pub async fn handle(self: &Arc<Self>, req: &RequestHead, body: Bytes, peer: IpAddr) -> Reply {
         let ctx = Ctx {
@@ -132,6 +185,20 @@ impl Cache {
             head_only: req.method == Method::Head,
             keep_alive: req.keep_alive,
         };
+        #[cfg(debug_assertions)]
+        if self.fault_panic.is_some() {
+            tokio::task::yield_now().await;
+            self.inject_fault(req.path(), FaultAt::Handle);
+        }
+        if req.method == Method::Trace && !self.cfg.allow_trace {
+            // TRACE would echo the request to the client, cookies and
+            // credentials included (RFC 9110 §9.3.8): off unless allowed.
+            let mut r = self.error(&ctx, 405, "TRACE is not allowed on this service");
+            r.head.truncate(r.head.len() - 2);
+            r.head
+                .extend_from_slice(b"Allow: GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS\r\n\r\n");
+            return r;
+        }
         if req
             .headers
             .get_all(b"via")
@@ -196,6 +263,8 @@ impl Cache {
         spare: &mut Vec<u8>,
         tally: &mut HitTally,
     ) -> AtOnce {
+        #[cfg(debug_assertions)]
+        self.inject_fault(req.path(), FaultAt::AtOnce);
         if let Some(r) = self.admit(req) {
             return AtOnce::Reply(r);
         }
@@ -280,16 +349,24 @@ impl Cache {
 
     async fn lookup(self: &Arc<Self>, ctx: &Ctx<'_>, peer: IpAddr) -> Reply {
         let req = ctx.req;
-        let primary = req.target.slice_ref(req.path_and_query());
+        let primary = req.origin_form();
         let (id, key) = self.store.resolve(&primary, &req.headers);
         let mut found = self.store.get_memory(id, &key);
         if found.is_none() && self.store.on_disk(id) {
             let cache = self.clone();
             let k = key.clone();
-            found = tokio::task::spawn_blocking(move || cache.store.load_disk(id, &k))
-                .await
-                .ok()
-                .flatten();
+            let loaded =
+                tokio::task::spawn_blocking(move || panic::catch(|| cache.store.load_disk(id, &k)))
+                    .await;
+            found = match loaded {
+                Ok(Ok(o)) => o,
+                Ok(Err(c)) => {
+                    // Served as a miss.
+                    panic::report(&self.metrics, &c, "reading the disk tier", None);
+                    None
+                }
+                Err(_) => None,
+            };
         }
         let now = date::unix_now();
         if let Some(o) = found {
@@ -346,7 +423,7 @@ impl Cache {
     /// A fetch of our own, not shared (Vary mismatch, or a response that
     /// turned out not to be shareable).
     fn private_fetch(self: &Arc<Self>, req: &RequestHead, peer: IpAddr) -> FetchReader {
-        let primary = req.target.slice_ref(req.path_and_query());
+        let primary = req.origin_form();
         let fetch = Fetch::new(
             primary,
             req.headers.clone(),
@@ -406,7 +483,7 @@ impl Cache {
     /// invalidate what it may have changed (RFC 9111 §4.4).
     async fn pass(self: &Arc<Self>, ctx: &Ctx<'_>, body: Bytes, peer: IpAddr) -> Reply {
         let req = ctx.req;
-        let primary = req.target.slice_ref(req.path_and_query());
+        let primary = req.origin_form();
         let fetch = Fetch::new(
             primary.clone(),
             req.headers.clone(),
@@ -715,7 +792,7 @@ impl Cache {
         }
         FetchPlan {
             method: Bytes::from_static(b"GET"),
-            path: req.target.slice_ref(req.path_and_query()),
+            path: req.origin_form(),
             headers,
             body: Bytes::new(),
             idempotent: true,
@@ -767,8 +844,28 @@ impl Cache {
         out
     }
 
-    /// Run one upstream exchange into `fetch`, then store what may be stored.
+    /// Run one upstream exchange into `fetch`, then store what may be
+    /// stored. A panic in it is caught here: its clients get a 500 (or a
+    /// cut body) instead of waiting forever on a fetch nobody fills, and it
+    /// leaves the in-flight map.
     async fn run_fetch(self: Arc<Self>, fetch: Arc<Fetch>, plan: FetchPlan, registered: bool) {
+        let mut unfinished = Unfinished {
+            cache: &self,
+            fetch: &fetch,
+            registered: Some(registered),
+        };
+        match panic::boundary(self.exchange(&fetch, plan, registered)).await {
+            Ok(()) => unfinished.registered = None,
+            Err(c) => panic::report(&self.metrics, &c, "in an upstream fetch", None),
+        }
+    }
+
+    async fn exchange(self: &Arc<Self>, fetch: &Arc<Fetch>, plan: FetchPlan, registered: bool) {
+        #[cfg(debug_assertions)]
+        self.inject_fault(
+            fetch.key.split(|&c| c == b'?').next().unwrap_or_default(),
+            FaultAt::InFetch,
+        );
         self.metrics
             .upstream_requests
             .fetch_add(1, Ordering::Relaxed);
@@ -791,7 +888,7 @@ impl Cache {
                     status: e.status(),
                     message: e.to_string(),
                 }));
-                self.forget(&fetch, registered);
+                self.forget(fetch, registered);
                 return;
             }
         };
@@ -814,7 +911,7 @@ impl Cache {
                 refreshed: Some(fresh),
             })));
             fetch.finish(Ok(()));
-            self.forget(&fetch, registered);
+            self.forget(fetch, registered);
             return;
         }
         let freshness = policy::freshness(&fetch.leader_headers, status, &headers, &self.policy);
@@ -834,7 +931,7 @@ impl Cache {
         })));
         if !storable {
             // Nobody else may join a response that will not be cached.
-            self.forget(&fetch, registered);
+            self.forget(fetch, registered);
         }
         let outcome = loop {
             match resp.body.next().await {
@@ -886,7 +983,7 @@ impl Cache {
                 self.put(o).await;
             }
         }
-        self.forget(&fetch, registered);
+        self.forget(fetch, registered);
     }
 
     /// Store in memory, and on disk when there is a disk tier.
@@ -895,12 +992,17 @@ impl Cache {
         self.metrics.evictions.fetch_add(evicted, Ordering::Relaxed);
         if to_disk {
             let cache = self.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                if let Some(d) = cache.store.disk() {
-                    d.write(&o);
-                }
+            let written = tokio::task::spawn_blocking(move || {
+                panic::catch(|| {
+                    if let Some(d) = cache.store.disk() {
+                        d.write(&o);
+                    }
+                })
             })
             .await;
+            if let Ok(Err(c)) = written {
+                panic::report(&self.metrics, &c, "writing the disk tier", None);
+            }
         }
     }
 
@@ -953,6 +1055,28 @@ impl Cache {
         let mut map = self.inflight.lock();
         if map.get(&fetch.id).is_some_and(|f| Arc::ptr_eq(f, fetch)) {
             map.remove(&fetch.id);
+        }
+    }
+}
+
+/// A fetch task that has not completed its fetch. Dropped so (its task
+/// panicked), it fails the fetch for the clients reading it and takes it
+/// out of the in-flight map, so later requests start a new one.
+struct Unfinished<'a> {
+    cache: &'a Cache,
+    fetch: &'a Arc<Fetch>,
+    /// `Some(registered)` until the fetch completed normally.
+    registered: Option<bool>,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(registered) = self.registered {
+            self.fetch.finish(Err(FetchError {
+                status: 500,
+                message: "the cache failed while fetching this object (a bug; it is logged)".into(),
+            }));
+            self.cache.forget(self.fetch, registered);
         }
     }
 }

@@ -19,6 +19,7 @@
 //! other tasks (misses, the admin API) between batches.
 
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -30,10 +31,11 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use tokio::io::unix::AsyncFd;
 use vcdn_http::{parse_request, BodyFraming, Limits, Method};
 
-use crate::metrics::HitTally;
+use crate::metrics::{CacheStatus, HitTally};
+use crate::panic;
 use crate::proxy::{AtOnce, Cache};
-use crate::reply::{Reply, ReplyBody};
-use crate::server::{connection_from, Handover};
+use crate::reply::{error_reply, Reply, ReplyBody};
+use crate::server::{connection_from, ConnectionSlot, Handover};
 
 /// Bodies up to this size are answered from the ring.
 const INLINE_BODY: usize = 16 * 1024;
@@ -175,7 +177,7 @@ pub fn available() -> bool {
 
 /// Serves one thread's listener from a ring until the process ends.
 pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<()> {
-    let mut ring: IoUring = IoUring::builder()
+    let ring: IoUring = IoUring::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()
         .setup_taskrun_flag()
@@ -183,7 +185,11 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
         // submission queue is simply submitted early.
         .setup_cqsize(2048)
         .build(512)?;
-    let mut bufs = BufRing::new(&ring)?;
+    let bufs = BufRing::new(&ring)?;
+    let mut k = Kernel {
+        ring: ManuallyDrop::new(ring),
+        bufs: ManuallyDrop::new(bufs),
+    };
     // SAFETY: a fresh eventfd we own.
     let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
     if efd < 0 {
@@ -191,8 +197,8 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
     }
     // SAFETY: efd is ours and open.
     let efd = unsafe { OwnedFd::from_raw_fd(efd) };
-    ring.submitter().register_eventfd(efd.as_raw_fd())?;
-    ring.completion().disable_eventfd();
+    k.ring.submitter().register_eventfd(efd.as_raw_fd())?;
+    k.ring.completion().disable_eventfd();
     // SAFETY: the AsyncFd owns the eventfd, which stays open until dropped.
     let efd = unsafe { AsyncFd::register(efd) }?;
     let mut f = Front {
@@ -211,6 +217,7 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
         now: Instant::now(),
         scratch: BytesMut::new(),
         tally: HitTally::default(),
+        answering: None,
     };
     f.queue.push_back(accept_entry(f.listener_fd));
     let idle = Duration::from_millis(cache.cfg.idle_timeout_ms);
@@ -226,8 +233,8 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
         // Submit what is queued and run deferred completions; skipped when
         // there is nothing to submit and the kernel flags no work, which
         // saves a system call per batch on a loaded thread.
-        if !f.queue.is_empty() || maybe_more || ring.submission().taskrun() {
-            let (submitter, mut sq, _) = ring.split();
+        if !f.queue.is_empty() || maybe_more || k.ring.submission().taskrun() {
+            let (submitter, mut sq, _) = k.ring.split();
             while let Some(e) = f.queue.front() {
                 // SAFETY: every buffer an entry points at is owned by a
                 // connection in `f.conns` (or `bufs`) until its completion.
@@ -258,13 +265,25 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
         done.clear();
         f.now = Instant::now();
         {
-            let mut cq = ring.completion();
+            let mut cq = k.ring.completion();
             cq.sync();
             done.extend(cq.map(|c| (c.user_data(), c.result(), c.flags())));
         }
         maybe_more = done.len() >= LOCAL_WORK_BATCH;
-        for &(ud, res, flags) in &done {
-            f.complete(&mut bufs, ud, res, flags);
+        // One panic boundary per batch: a panic (a bug) fails the
+        // connection whose completion it came from and the batch goes on.
+        let mut next = 0;
+        while next < done.len() {
+            let run = panic::catch(|| {
+                while let Some(&(ud, res, flags)) = done.get(next) {
+                    next += 1;
+                    f.complete(&mut k.bufs, ud, res, flags);
+                }
+            });
+            if let Err(p) = run {
+                let (ud, _, flags) = done[next - 1];
+                f.recover(&p, ud, flags);
+            }
         }
         f.cache.metrics.add_hits(&mut f.tally);
         if f.accept_paused.is_some_and(|t| t <= f.now) {
@@ -290,10 +309,10 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
         // instead, so look at that flag (after a full fence, pairing with
         // the kernel's) and sleep only if it is clear: then the next
         // arrival signals the eventfd.
-        ring.completion().enable_eventfd();
+        k.ring.completion().enable_eventfd();
         std::sync::atomic::fence(Ordering::SeqCst);
-        if ring.submission().taskrun() {
-            ring.completion().disable_eventfd();
+        if k.ring.submission().taskrun() {
+            k.ring.completion().disable_eventfd();
             continue;
         }
         // The eventfd is edge-triggered in tokio's epoll and every signal
@@ -303,10 +322,52 @@ pub async fn serve(cache: Arc<Cache>, listener: StdListener) -> std::io::Result<
         {
             guard.clear_ready();
         }
-        ring.completion().disable_eventfd();
+        k.ring.completion().disable_eventfd();
         // A timeout (or a wake-up lost to a kernel that ran only part of
         // its deferred work) is caught up by an enter.
         maybe_more = true;
+    }
+}
+
+/// The ring and its provided buffers. Dropped normally, the ring goes
+/// first. Dropped while a panic unwinds, both are leaked: operations may
+/// still be in flight on them, and the kernel must never write into freed
+/// memory (this only happens after a bug, which is logged).
+struct Kernel {
+    ring: ManuallyDrop<IoUring>,
+    bufs: ManuallyDrop<BufRing>,
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        // SAFETY: each is dropped once, here, and not used after.
+        unsafe {
+            ManuallyDrop::drop(&mut self.ring);
+            ManuallyDrop::drop(&mut self.bufs);
+        }
+    }
+}
+
+impl Drop for Front {
+    /// The front end stopped (an error, or a panic that escaped the batch
+    /// boundary): its connections are closed and their counts released, so
+    /// none stays counted in `connections_open` forever.
+    fn drop(&mut self) {
+        for c in self.conns.iter_mut().filter_map(Option::take) {
+            // SAFETY: the connection's descriptor, closed once.
+            unsafe { libc::close(c.fd) };
+            self.cache
+                .metrics
+                .connections_open
+                .fetch_sub(1, Ordering::Relaxed);
+            if c.sending {
+                // The kernel may still read it.
+                std::mem::forget(c.out);
+            }
+        }
     }
 }
 
@@ -351,10 +412,15 @@ struct Front {
     scratch: BytesMut,
     /// Hits answered in this batch, added to the metrics after it.
     tally: HitTally,
+    /// The connection being answered and how much of its send buffer held
+    /// complete answers before the current request: after a panic, those
+    /// are still sent, then a 500 for the request that panicked.
+    answering: Option<(usize, usize)>,
 }
 
 impl Front {
     fn complete(&mut self, bufs: &mut BufRing, ud: u64, res: i32, flags: u32) {
+        self.answering = None;
         match ud {
             ACCEPT => {
                 if res >= 0 {
@@ -488,6 +554,61 @@ impl Front {
         self.advance(slot);
     }
 
+    /// After a panic in the completion `ud` (a bug, caught by the batch
+    /// boundary): report it, answer that connection 500 if its answer has
+    /// not begun, and close it once nothing is in flight on it.
+    fn recover(&mut self, p: &panic::Caught, ud: u64, flags: u32) {
+        if ud == ACCEPT {
+            panic::report(&self.cache.metrics, p, "accepting a connection", None);
+            if !cqueue::more(flags) {
+                self.queue.push_back(accept_entry(self.listener_fd));
+            }
+            return;
+        }
+        if ud == CANCEL {
+            panic::report(&self.cache.metrics, p, "on the io_uring front end", None);
+            return;
+        }
+        let slot = (ud >> 1) as usize;
+        let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            panic::report(&self.cache.metrics, p, "on the io_uring front end", None);
+            return;
+        };
+        panic::report(
+            &self.cache.metrics,
+            p,
+            "answering a request; answered 500",
+            Some(c.peer),
+        );
+        c.pending = BytesMut::new();
+        c.handover = None;
+        if c.sending {
+            // Its buffer belongs to the kernel until the send completes.
+            c.closing = true;
+        } else {
+            match self.answering {
+                Some((s, answered)) if s == slot => c.out.truncate(answered),
+                _ => c.out.clear(),
+            }
+            c.sent = 0;
+            let r = error_reply(
+                500,
+                "the cache failed on this request (an internal error, logged for the operator)",
+                true,
+                false,
+            );
+            self.cache.metrics.request(CacheStatus::Error);
+            self.cache.metrics.response(500, 0);
+            append(&mut c.out, r, false, &mut self.spare_head);
+            c.close_after = true;
+        }
+        if panic::catch(|| self.advance(slot)).is_err() {
+            if let Some(c) = self.conns[slot].as_mut() {
+                c.closing = true;
+            }
+        }
+    }
+
     /// Answers the requests in `data` into the connection's send buffer,
     /// until one that the tokio loop must take (which sets the handover).
     fn answer(&mut self, slot: usize, data: Bytes) {
@@ -543,6 +664,7 @@ impl Front {
                 });
                 break;
             }
+            self.answering = Some((slot, c.out.len()));
             let reply = match self.cache.at_once(
                 &head,
                 &mut c.out,
@@ -669,6 +791,8 @@ impl Front {
             return;
         };
         self.free.push(slot);
+        // The connection's count goes with it (released when it drops).
+        let counted = ConnectionSlot::adopt(&self.cache);
         // SAFETY: the descriptor is ours and nothing is in flight on it;
         // from here the std stream owns it.
         let stream = unsafe { std::net::TcpStream::from_raw_fd(c.fd) };
@@ -677,21 +801,12 @@ impl Front {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot register connection");
-                self.cache
-                    .metrics
-                    .connections_open
-                    .fetch_sub(1, Ordering::Relaxed);
                 return;
             }
         };
-        let cache = self.cache.clone();
         let peer = c.peer;
         tokio::spawn(async move {
-            connection_from(&cache, stream, peer, h).await;
-            cache
-                .metrics
-                .connections_open
-                .fetch_sub(1, Ordering::Relaxed);
+            connection_from(counted.cache(), stream, peer, h).await;
         });
     }
 

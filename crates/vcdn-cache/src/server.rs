@@ -18,7 +18,8 @@ use tokio::io::unix::AsyncFd;
 use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use vcdn_http::{parse_request, BodyFraming, Limits, Method, ParseError, RequestHead};
 
-use crate::metrics::HitTally;
+use crate::metrics::{CacheStatus, HitTally};
+use crate::panic;
 use crate::proxy::{AtOnce, Cache};
 use crate::reply::{error_reply, Reply, ReplyBody};
 
@@ -86,14 +87,9 @@ pub async fn accept_loop(cache: Arc<Cache>, listener: StdListener) {
                         continue;
                     }
                 };
-                m.connections_open.fetch_add(1, Ordering::Relaxed);
-                let cache = cache.clone();
+                let slot = ConnectionSlot::take(&cache);
                 tokio::spawn(async move {
-                    connection(&cache, stream, peer).await;
-                    cache
-                        .metrics
-                        .connections_open
-                        .fetch_sub(1, Ordering::Relaxed);
+                    connection(slot.cache(), stream, peer).await;
                 });
             }
             Err(e) => {
@@ -103,6 +99,54 @@ pub async fn accept_loop(cache: Arc<Cache>, listener: StdListener) {
             }
         }
     }
+}
+
+/// One of `max_connections`, counted in `connections_open` while its
+/// connection lives and given back when this guard drops, also when the
+/// connection's task ends by a panic or is dropped.
+pub(crate) struct ConnectionSlot(Arc<Cache>);
+
+impl ConnectionSlot {
+    /// Count a new connection.
+    pub(crate) fn take(cache: &Arc<Cache>) -> ConnectionSlot {
+        cache
+            .metrics
+            .connections_open
+            .fetch_add(1, Ordering::Relaxed);
+        ConnectionSlot(cache.clone())
+    }
+
+    /// Take over a connection already counted (handed over by the ring).
+    pub(crate) fn adopt(cache: &Arc<Cache>) -> ConnectionSlot {
+        ConnectionSlot(cache.clone())
+    }
+
+    pub(crate) fn cache(&self) -> &Arc<Cache> {
+        &self.0
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0
+            .metrics
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The answer to a request whose handling panicked (a bug): a 500, after
+/// which the connection closes, since what else the request left behind
+/// cannot be trusted.
+fn panic_reply(cache: &Cache, head_only: bool) -> Reply {
+    cache.metrics.request(CacheStatus::Error);
+    cache.metrics.response(500, 0);
+    error_reply(
+        500,
+        "the cache failed on this request (an internal error, logged for the operator)",
+        true,
+        head_only,
+    )
 }
 
 enum Next {
@@ -167,7 +211,10 @@ pub(crate) async fn connection_from(
             max_headers: cfg.max_headers,
         },
     };
-    let result = async {
+    // A panic that escapes the per-request boundaries of `run` (while
+    // sending, say) ends here: the connection closes (its socket and slot
+    // are dropped with it) and the thread serves on.
+    let result = panic::boundary(async {
         if let Some((reply, head_only, close)) = h.first {
             let clean = Box::pin(c.send(reply, head_only)).await?;
             if close || !clean {
@@ -175,10 +222,17 @@ pub(crate) async fn connection_from(
             }
         }
         c.run().await
-    }
+    })
     .await;
-    if let Err(e) = result {
-        tracing::debug!(peer = %peer, error = %e, "connection ended");
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "connection ended"),
+        Err(p) => panic::report(
+            &cache.metrics,
+            &p,
+            "serving a connection; closed it",
+            Some(peer),
+        ),
     }
 }
 
@@ -205,13 +259,20 @@ impl Conn<'_> {
             // through the handler, boxed because its state is large and a
             // waiting connection should not carry it.
             let mut tally = HitTally::default();
-            let reply = match self.cache.at_once(
-                &head,
-                &mut self.out,
-                INLINE_BODY,
-                &mut self.spare_head,
-                &mut tally,
-            ) {
+            let head_only = head.method == Method::Head;
+            let batched = self.out.len();
+            let (cache, out, spare) = (self.cache, &mut self.out, &mut self.spare_head);
+            let at_once =
+                panic::catch(|| cache.at_once(&head, out, INLINE_BODY, spare, &mut tally));
+            let at_once = match at_once {
+                Ok(a) => a,
+                Err(p) => {
+                    // Drop what the panicking answer may have half written.
+                    self.out.truncate(batched);
+                    return self.panicked(&p, head_only).await;
+                }
+            };
+            let reply = match at_once {
                 AtOnce::Written { close } => {
                     self.cache.metrics.add_hits(&mut tally);
                     if close {
@@ -223,15 +284,36 @@ impl Conn<'_> {
                     continue;
                 }
                 AtOnce::Reply(r) => r,
-                AtOnce::Later => Box::pin(self.cache.handle(&head, body, self.peer.ip())).await,
+                AtOnce::Later => {
+                    let handled =
+                        panic::boundary(Box::pin(self.cache.handle(&head, body, self.peer.ip())))
+                            .await;
+                    match handled {
+                        Ok(r) => r,
+                        Err(p) => return self.panicked(&p, head_only).await,
+                    }
+                }
             };
             let close = reply.close || !head.keep_alive;
-            let head_only = head.method == Method::Head;
             let clean = Box::pin(self.send(reply, head_only)).await?;
             if close || !clean {
                 return self.flush().await;
             }
         }
+    }
+
+    /// Report a panic caught while answering a request, answer it 500 and
+    /// end the connection.
+    async fn panicked(&mut self, p: &panic::Caught, head_only: bool) -> std::io::Result<()> {
+        panic::report(
+            &self.cache.metrics,
+            p,
+            "answering a request; answered 500",
+            Some(self.peer),
+        );
+        let r = panic_reply(self.cache, head_only);
+        self.send(r, head_only).await?;
+        self.flush().await
     }
 
     /// Parse the next request, reading as needed. Parse errors are answered

@@ -96,26 +96,60 @@ pub struct RequestHead {
     /// Whether the connection stays open after this exchange.
     pub keep_alive: bool,
     pub expect_continue: bool,
+    /// Where the target's path and query are (see [`OriginForm`]).
+    origin_form: OriginForm,
+}
+
+/// Where the path and query of a request target are, worked out once by the
+/// parser so that nobody has to slice them out of the target again (a slice
+/// that is not part of the target, such as a static "/", cannot be taken
+/// with `Bytes::slice_ref`: that was the panic of issue 15).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OriginForm {
+    /// `target[start..]`: an origin-form target (start 0), `*`, or an
+    /// absolute-form target that has a path.
+    InTarget {
+        start: usize,
+        authority: (usize, usize),
+    },
+    /// An absolute-form target with an empty path: "/" followed by its
+    /// query, if any (RFC 9112 §3.2.2, RFC 3986 §6.2.3), made by the parser.
+    Made {
+        pq: Bytes,
+        authority: (usize, usize),
+    },
 }
 
 impl RequestHead {
     /// The path and query of the target (origin-form), also for an
-    /// absolute-form target (`http://host/path`).
+    /// absolute-form target (`http://host/path`; `http://host?q` is `/?q`).
     pub fn path_and_query(&self) -> &[u8] {
-        let t = &self.target[..];
-        if t.first() == Some(&b'/') {
-            return t;
+        match &self.origin_form {
+            OriginForm::InTarget { start, .. } => &self.target[*start..],
+            OriginForm::Made { pq, .. } => pq,
         }
-        if let Some(rest) = t
-            .strip_prefix(b"http://")
-            .or_else(|| t.strip_prefix(b"https://"))
-        {
-            return match rest.iter().position(|&c| c == b'/' || c == b'?') {
-                Some(i) if rest[i] == b'/' => &rest[i..],
-                _ => b"/",
-            };
+    }
+
+    /// [`RequestHead::path_and_query`] as shared bytes, to keep (a cache
+    /// key, the target sent upstream) without copying.
+    pub fn origin_form(&self) -> Bytes {
+        match &self.origin_form {
+            OriginForm::InTarget { start: 0, .. } => self.target.clone(),
+            OriginForm::InTarget { start, .. } => self.target.slice(*start..),
+            OriginForm::Made { pq, .. } => pq.clone(),
         }
-        t
+    }
+
+    /// The authority the request is for: that of an absolute-form target,
+    /// which wins over the Host field (RFC 9112 §3.2.2), else the Host
+    /// field (empty when there is none, as in HTTP/1.0 without Host).
+    pub fn authority(&self) -> &[u8] {
+        let (OriginForm::InTarget { authority, .. } | OriginForm::Made { authority, .. }) =
+            &self.origin_form;
+        if authority.1 > authority.0 {
+            return &self.target[authority.0..authority.1];
+        }
+        self.headers.get(b"host").map_or(&b""[..], |h| &h[..])
     }
 
     /// The path without the query.
@@ -126,6 +160,130 @@ impl RequestHead {
             None => pq,
         }
     }
+}
+
+/// Split a request target into where its path starts and its authority.
+///
+/// A `#fragment` is rejected rather than stripped: it is not part of any
+/// request-target form (RFC 9112 §3.2; RFC 9110 §7.1 says user agents
+/// never send it), so a target carrying one comes from a broken or hostile
+/// client. Stripping it would make two targets that differ on the wire
+/// one cache key, and forwarding it would make the origin see a URI no
+/// other server would; a 400 is the one answer every hop agrees on.
+fn split_target(target: &[u8], method: Method) -> Result<OriginForm, ParseError> {
+    if target.contains(&b'#') {
+        return Err(ParseError::BadRequest("fragment (#) in request target"));
+    }
+    if target[0] == b'/' || (method == Method::Options && target == b"*") {
+        return Ok(OriginForm::InTarget {
+            start: 0,
+            authority: (0, 0),
+        });
+    }
+    let scheme = if target.starts_with(b"http://") {
+        7
+    } else if target.starts_with(b"https://") {
+        8
+    } else {
+        return Err(ParseError::BadRequest("invalid request target"));
+    };
+    let rest = &target[scheme..];
+    let end = rest
+        .iter()
+        .position(|&c| c == b'/' || c == b'?')
+        .unwrap_or(rest.len());
+    let auth = &rest[..end];
+    // RFC 9110 §4.2.1: an http URI has a non-empty host; §4.2.4: userinfo
+    // from an untrusted source is an error.
+    if auth.contains(&b'@') {
+        return Err(ParseError::BadRequest("userinfo in request target"));
+    }
+    if auth.is_empty() || auth[0] == b':' || !valid_host(auth) {
+        return Err(ParseError::BadRequest(
+            "invalid authority in request target",
+        ));
+    }
+    let authority = (scheme, scheme + end);
+    let start = scheme + end;
+    match rest.get(end) {
+        Some(b'/') => Ok(OriginForm::InTarget { start, authority }),
+        Some(_) => {
+            let mut pq = Vec::with_capacity(1 + target.len() - start);
+            pq.push(b'/');
+            pq.extend_from_slice(&target[start..]);
+            Ok(OriginForm::Made {
+                pq: Bytes::from(pq),
+                authority,
+            })
+        }
+        None => Ok(OriginForm::Made {
+            pq: Bytes::from_static(b"/"),
+            authority,
+        }),
+    }
+}
+
+/// `uri-host [ ":" port ]` (RFC 9110 §7.2, RFC 3986 §3.2.2): a reg-name,
+/// an IPv4 address or a bracketed IP literal, then an optional decimal port
+/// up to 65535. An empty value is allowed (a Host for a URI without one).
+pub fn valid_host(v: &[u8]) -> bool {
+    let (host, port) = if v.first() == Some(&b'[') {
+        let Some(close) = v.iter().position(|&c| c == b']') else {
+            return false;
+        };
+        let inner = &v[1..close];
+        if inner.is_empty()
+            || !inner
+                .iter()
+                .all(|&c| is_unreserved_or_sub_delim(c) || c == b':')
+        {
+            return false;
+        }
+        (&[][..], &v[close + 1..])
+    } else {
+        match v.iter().position(|&c| c == b':') {
+            Some(i) => (&v[..i], &v[i..]),
+            None => (v, &[][..]),
+        }
+    };
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => {
+            digits.len() <= 5
+                && digits.iter().all(u8::is_ascii_digit)
+                && digits
+                    .iter()
+                    .fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'))
+                    <= 65535
+        }
+        _ => false,
+    };
+    port_ok && valid_reg_name(host)
+}
+
+/// `reg-name = *( unreserved / pct-encoded / sub-delims )`, which also
+/// covers IPv4 addresses.
+fn valid_reg_name(h: &[u8]) -> bool {
+    let mut i = 0;
+    while i < h.len() {
+        match h[i] {
+            b'%' => {
+                if !(h.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                    && h.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+                {
+                    return false;
+                }
+                i += 3;
+            }
+            c if is_unreserved_or_sub_delim(c) => i += 1,
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn is_unreserved_or_sub_delim(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&c)
 }
 
 /// Parse one request head from the start of `buf`.
@@ -180,28 +338,24 @@ pub fn parse_request(
     }
     let minor_version = parse_version(version_b)?;
     let method = Method::from_bytes(method_b);
-    match method {
-        Method::Connect => return Err(ParseError::NotImplemented("CONNECT is not supported")),
-        Method::Options if target_b == b"*" => {}
-        _ => {
-            if !(target_b[0] == b'/'
-                || target_b.starts_with(b"http://")
-                || target_b.starts_with(b"https://"))
-            {
-                return Err(ParseError::BadRequest("invalid request target"));
-            }
-        }
+    if method == Method::Connect {
+        return Err(ParseError::NotImplemented("CONNECT is not supported"));
     }
+    let origin_form = split_target(target_b, method)?;
 
     let Some((headers, pos)) = parse_fields(buf, start, line_end + 2, limits)? else {
         return Ok(None);
     };
 
     let body = body_framing(&headers, minor_version)?;
-    if minor_version == 1 {
+    {
         let mut hosts = headers.get_all(b"host");
         match (hosts.next(), hosts.next()) {
+            (Some(h), None) if !valid_host(h) => {
+                return Err(ParseError::BadRequest("invalid Host header"))
+            }
             (Some(_), None) => {}
+            (None, _) if minor_version == 0 => {}
             (None, _) => return Err(ParseError::BadRequest("missing Host header")),
             _ => return Err(ParseError::BadRequest("duplicate Host header")),
         }
@@ -224,6 +378,7 @@ pub fn parse_request(
         body,
         keep_alive,
         expect_continue,
+        origin_form,
     };
     Ok(Some((head, pos)))
 }
@@ -394,6 +549,95 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(h.path_and_query(), b"/x/y?q");
+    }
+
+    /// RFC 9112 §3.2.2 / RFC 3986 §6.2.3: an absolute-form target with an
+    /// empty path means "/", also when a query follows.
+    #[test]
+    fn absolute_form_without_a_path_means_slash() {
+        for (target, pq) in [
+            ("http://x", "/"),
+            ("http://x?q", "/?q"),
+            ("https://x:8080?a=1&b", "/?a=1&b"),
+            ("http://x:80/", "/"),
+        ] {
+            let (h, _) = parse(&format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(h.path_and_query(), pq.as_bytes(), "{target}");
+            assert_eq!(&h.origin_form()[..], pq.as_bytes(), "{target}");
+            assert_eq!(h.path(), b"/", "{target}");
+        }
+    }
+
+    #[test]
+    fn the_authority_of_an_absolute_form_target_wins_over_host() {
+        let (h, _) = parse("GET http://a.example:81/x HTTP/1.1\r\nHost: b\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.authority(), b"a.example:81");
+        let (h, _) = parse("GET /x HTTP/1.1\r\nHost: b:82\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.authority(), b"b:82");
+    }
+
+    #[test]
+    fn host_must_be_uri_host_and_port() {
+        for good in [
+            "x",
+            "a.example",
+            "a.example:8080",
+            "127.0.0.1:1",
+            "[::1]:80",
+            "",
+            "a%41b",
+        ] {
+            assert!(
+                parse(&format!("GET / HTTP/1.1\r\nHost: {good}\r\n\r\n")).is_ok(),
+                "{good:?}"
+            );
+        }
+        for bad in [
+            "a b", "a/b", "a@b", "a:b", "a:99999", "[::1", "a\"b", "a%4", "[]", "a:80:80",
+        ] {
+            assert_eq!(
+                status(&format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n")),
+                400,
+                "{bad:?}"
+            );
+        }
+        // HTTP/1.0 needs no Host, but one that is sent must be valid.
+        assert_eq!(status("GET / HTTP/1.0\r\nHost: a b\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn absolute_form_authority_is_checked() {
+        for bad in [
+            "http:///x",
+            "http://u@h/x",
+            "http://a b/",
+            "http://h:x/",
+            "http://?q",
+        ] {
+            assert_eq!(
+                status(&format!("GET {bad} HTTP/1.1\r\nHost: h\r\n\r\n")),
+                400,
+                "{bad:?}"
+            );
+        }
+    }
+
+    /// A fragment is never part of a request target (RFC 9110 §7.1).
+    #[test]
+    fn a_fragment_in_the_target_is_rejected() {
+        for t in ["/a#b", "/#", "http://h/a?q#f", "http://h#f"] {
+            assert_eq!(
+                status(&format!("GET {t} HTTP/1.1\r\nHost: h\r\n\r\n")),
+                400,
+                "{t}"
+            );
+        }
     }
 
     #[test]
