@@ -29,7 +29,8 @@ pub fn redirect(router: &Router, req: &Request) -> Response {
         return Response::problem(405, "the router only redirects GET and HEAD requests")
             .header("Allow", "GET, HEAD");
     }
-    let host = req.head.headers.get_str(b"host").unwrap_or("");
+    // An absolute-form target's authority wins over Host (RFC 9112 §3.2.2).
+    let host = std::str::from_utf8(req.head.authority()).unwrap_or("");
     let hostname = strip_port(host).trim_end_matches('.').to_ascii_lowercase();
     let snap = router.snapshot();
     let svc = crate::dns::wire::Name::parse(&hostname)

@@ -666,6 +666,20 @@ async fn http_routing_follows_region_hash_and_filter() {
         format!("http://{}/size/2000?max_age=60", origin.addr)
     );
     assert_eq!(first.header("x-vcdn-route"), Some("origin-filter"));
+    // An absolute-form target names the service, whatever Host says
+    // (RFC 9112 §3.2.2), as the cache reads it too.
+    let absolute = route(
+        &r,
+        "127.1.0.9",
+        "other.example",
+        "http://video.demo.example/size/2001",
+    )
+    .await;
+    assert_eq!(absolute.status(), 302);
+    assert_eq!(
+        location(&absolute),
+        format!("http://{}/size/2001", origin.addr)
+    );
     // Second: popular now → a Paris cache, always the same one.
     let second = route(
         &r,
