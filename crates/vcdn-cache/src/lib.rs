@@ -28,6 +28,7 @@ pub mod object;
 pub mod policy;
 pub mod proxy;
 pub mod reply;
+pub mod request_body;
 pub mod ring;
 pub mod server;
 pub mod store;
