@@ -186,12 +186,20 @@ impl Upstream {
         };
         // Checked once here so that a typo stops the start; the name is
         // resolved again at every connect.
-        let resolves = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
+        let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
             .map_err(|_| BadUrl(url.clone(), "host does not resolve"))?
-            .next()
-            .is_some();
-        if !resolves {
+            .collect();
+        if addrs.is_empty() {
             return Err(BadUrl(url.clone(), "host does not resolve"));
+        }
+        // Said at start too, so that the operator does not learn it from
+        // the first client's 502.
+        let refused: Vec<Refused> = addrs
+            .iter()
+            .filter_map(|a| cfg.policy.check(*a).err())
+            .collect();
+        if refused.len() == addrs.len() {
+            tracing::warn!(upstream = %url, "{}; requests that need the upstream will get 502", refused[0]);
         }
         Ok(Upstream {
             authority: authority.to_string(),
@@ -677,6 +685,34 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    /// A connection pooled longer than the idle timeout is not reused: the
+    /// origin may be closing it.
+    #[test]
+    fn pooled_connections_idle_too_long_are_not_reused() {
+        let (addr, accepted) = origin();
+        let up = Upstream::new(UpstreamConfig {
+            url: format!("http://{addr}"),
+            connect_timeout: Duration::from_secs(2),
+            read_timeout: Duration::from_secs(2),
+            max_idle: 8,
+            idle_timeout: Duration::from_millis(100),
+            policy: OriginPolicy::default(),
+        })
+        .unwrap();
+        runtime().block_on(async {
+            get(&up).await;
+            get(&up).await;
+            assert_eq!(accepted.load(Ordering::SeqCst), 1, "reused while fresh");
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            get(&up).await;
+            assert_eq!(
+                accepted.load(Ordering::SeqCst),
+                2,
+                "not reused once idle too long"
+            );
+        });
     }
 
     /// Thread A pools a connection and then blocks (as a serving thread
