@@ -127,14 +127,15 @@ impl Cache {
             .collect()
     }
 
-    /// Answer one request. `body` is its body, forwarded only on a pass
-    /// (a GET's or HEAD's is not).
+    /// Answer one request. `body` is its body (complete bytes or a stream),
+    /// forwarded only on a pass (a GET's or HEAD's is not).
     pub async fn handle(
         self: &Arc<Self>,
         req: &RequestHead,
-        body: RequestBody,
+        body: impl Into<RequestBody>,
         peer: IpAddr,
     ) -> Reply {
+        let body = body.into();
         let ctx = Ctx {
             req,
             head_only: req.method == Method::Head,

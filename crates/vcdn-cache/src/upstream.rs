@@ -130,6 +130,17 @@ pub enum RequestBody {
     Stream(BodyStream),
 }
 
+/// A complete body; empty is none.
+impl From<Bytes> for RequestBody {
+    fn from(b: Bytes) -> RequestBody {
+        if b.is_empty() {
+            RequestBody::None
+        } else {
+            RequestBody::Full(b)
+        }
+    }
+}
+
 /// A request body that arrives piece by piece from the client's connection
 /// through a small bounded channel: the connection reads only as fast as
 /// the upstream takes, so an upload of any size holds a few pieces.
