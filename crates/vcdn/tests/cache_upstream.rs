@@ -435,3 +435,37 @@ fn an_invalid_origin_policy_is_refused_at_start() {
     assert!(err.contains("--origin-policy"), "{err}");
     assert!(err.contains("nonpublic"), "{err}");
 }
+
+/// A streamed body ends exactly where its framing says: a request
+/// pipelined right behind a 1 MiB upload on the same connection is
+/// answered too, in order.
+#[tokio::test]
+async fn a_request_pipelined_after_a_streamed_body_is_answered() {
+    let o = counting_origin(Duration::from_secs(30));
+    let c = cache(o.addr, &[]);
+    let body: Vec<u8> = (0..1u64 << 20).map(|i| upload_byte(5, i)).collect();
+    let mut req = b"PUT /one HTTP/1.1\r\nHost: a\r\nContent-Length: 1048576\r\n\r\n".to_vec();
+    req.extend_from_slice(&body);
+    req.extend_from_slice(b"POST /two HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+    let out = raw(c.addr, &req, Duration::from_secs(10));
+    let first = format!("bytes=1048576 fnv={:x}", fnv(FNV_START, &body));
+    let second = format!("bytes=3 fnv={:x}", fnv(FNV_START, b"abc"));
+    let (a, b) = (out.find(&first), out.find(&second));
+    assert!(a.is_some() && b.is_some() && a < b, "{out}");
+    assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 2, "{out}");
+}
+
+/// A GET's body is not forwarded (a lookup does not take it): the GET is
+/// answered, then the connection closes, since the rest of the body was
+/// not read.
+#[tokio::test]
+async fn a_get_with_a_large_body_is_answered_then_closed() {
+    let o = counting_origin(Duration::from_secs(30));
+    let c = cache(o.addr, &[]);
+    let mut req = b"GET /g HTTP/1.1\r\nHost: a\r\nContent-Length: 1048576\r\n\r\n".to_vec();
+    req.extend_from_slice(&vec![b'g'; 1 << 20]);
+    let out = raw(c.addr, &req, Duration::from_secs(10));
+    assert_eq!(status_of(&out), 200, "{out}");
+    assert!(out.contains("Connection: close"), "{out}");
+    assert!(out.ends_with("bytes=0 fnv=cbf29ce484222325"), "{out}");
+}
