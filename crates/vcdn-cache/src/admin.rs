@@ -152,6 +152,7 @@ pub fn stats(cache: &Cache) -> Value {
             "errors": g(&m.upstream_errors),
             "retries": g(&cache.upstream.retries),
             "bytes": g(&m.upstream_bytes),
+            "refused": g(&m.upstream_refused),
             "idle_connections": cache.upstream.idle_connections(),
             "fetches_in_flight": cache.inflight().len(),
         },
@@ -387,11 +388,20 @@ async fn prefetch(cache: &Arc<Cache>, body: &[u8]) -> Response {
     let reply = cache
         .handle(
             &head,
-            bytes::Bytes::new(),
+            crate::upstream::RequestBody::None,
             std::net::Ipv4Addr::LOCALHOST.into(),
         )
         .await;
     let status = reply.status;
+    if status >= 500 {
+        // The cache's own error (upstream unreachable, refused by the
+        // origin policy, ...): say why, as a problem document.
+        if let crate::reply::ReplyBody::Full(b) = &reply.body {
+            let text = String::from_utf8_lossy(b);
+            let detail = text.split_once(": ").map_or(&*text, |(_, d)| d).trim_end();
+            return Response::problem(status, detail);
+        }
+    }
     let mut size = 0u64;
     match reply.body {
         crate::reply::ReplyBody::Stream { mut reader, .. } => loop {

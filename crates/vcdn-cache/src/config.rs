@@ -35,6 +35,15 @@ pub struct CacheConfig {
     pub upstream_connect_timeout_ms: u64,
     pub upstream_read_timeout_ms: u64,
     pub upstream_max_idle: usize,
+    /// A pooled upstream connection idle this long is closed rather than
+    /// reused: under the origin's own keep-alive timeout (Apache: 5 s), so
+    /// the cache does not send a request into a connection the origin is
+    /// closing.
+    pub upstream_idle_timeout_ms: u64,
+    /// The operator's origin policy, applied to every address the cache
+    /// connects to upstream: `deny non-public, allow 127.0.0.1:9000`
+    /// (see `vcdn_policy::origin`). Empty: every address is allowed.
+    pub origin_policy: String,
     /// A client has this long to send a request head once it started.
     pub header_timeout_ms: u64,
     /// An idle keep-alive connection is closed after this long.
@@ -44,9 +53,17 @@ pub struct CacheConfig {
     pub max_request_line: usize,
     pub max_header_bytes: usize,
     pub max_headers: usize,
-    /// Largest request body forwarded (bodies are buffered), bytes.
+    /// Largest request body forwarded, bytes (bodies are streamed to the
+    /// upstream, not held: this is a policy limit, not a memory one).
     #[serde(deserialize_with = "size")]
     pub max_request_body: u64,
+    /// A request body that sends nothing for this long is answered 408.
+    pub request_body_idle_timeout_ms: u64,
+    /// A request body must average at least this many bytes per second
+    /// (time spent waiting for the upstream to take it does not count),
+    /// after `request_body_grace_ms`; else 408. 0: no minimum.
+    pub request_body_min_rate: u64,
+    pub request_body_grace_ms: u64,
     pub max_connections: usize,
     /// Largest lead of the fastest over the slowest client of one stream
     /// that is too large to cache, bytes.
@@ -92,6 +109,8 @@ impl Default for CacheConfig {
             upstream_connect_timeout_ms: 3_000,
             upstream_read_timeout_ms: 30_000,
             upstream_max_idle: 64,
+            upstream_idle_timeout_ms: 4_000,
+            origin_policy: String::new(),
             header_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             send_timeout_ms: 60_000,
@@ -99,6 +118,9 @@ impl Default for CacheConfig {
             max_header_bytes: 32 * 1024,
             max_headers: 100,
             max_request_body: 16 << 20,
+            request_body_idle_timeout_ms: 10_000,
+            request_body_min_rate: 1024,
+            request_body_grace_ms: 10_000,
             max_connections: 100_000,
             stream_window: 8 << 20,
             honor_client_no_cache: true,
@@ -143,6 +165,15 @@ impl CacheConfig {
         }
         if !self.upstream.starts_with("http://") {
             return bad("--upstream must be an http:// URL");
+        }
+        if let Err(e) = self
+            .origin_policy
+            .parse::<vcdn_policy::origin::OriginPolicy>()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "--origin-policy {:?}: {e}",
+                self.origin_policy
+            )));
         }
         if let Some(r) = &self.admission_redirect {
             if !r.starts_with("http://") && !r.starts_with("https://") {

@@ -29,6 +29,7 @@ pub mod panic;
 pub mod policy;
 pub mod proxy;
 pub mod reply;
+pub mod request_body;
 pub mod ring;
 pub mod server;
 pub mod store;

@@ -77,6 +77,7 @@ pub struct Metrics {
     pub upstream_requests: AtomicU64,
     pub upstream_errors: AtomicU64,
     pub upstream_bytes: AtomicU64,
+    pub upstream_refused: AtomicU64,
     pub evictions: AtomicU64,
     pub purged: AtomicU64,
     /// Panics caught in request handling (bugs; see `crate::panic`).
@@ -140,7 +141,7 @@ impl Metrics {
             let _ = writeln!(o, "vcdn_cache_responses_total{{class=\"{i}xx\"}} {}", g(c));
         }
         let retries = AtomicU64::new(upstream_retries);
-        let counters: [(&str, &str, &AtomicU64); 12] = [
+        let counters: [(&str, &str, &AtomicU64); 13] = [
             (
                 "vcdn_cache_body_bytes_sent_total",
                 "Body bytes sent to clients.",
@@ -175,6 +176,11 @@ impl Metrics {
                 "vcdn_cache_upstream_errors_total",
                 "Upstream requests that failed (connect, timeout, invalid or cut response).",
                 &self.upstream_errors,
+            ),
+            (
+                "vcdn_cache_upstream_refused_total",
+                "Upstream connections not made: every address of the upstream is refused by the origin policy.",
+                &self.upstream_refused,
             ),
             (
                 "vcdn_cache_upstream_bytes_total",

@@ -23,7 +23,7 @@ use crate::reply::{
     error_reply, finish_head, push_field, push_num, push_str_field, status_line, Reply, ReplyBody,
 };
 use crate::store::Store;
-use crate::upstream::{Upstream, UpstreamConfig, UpstreamRequest};
+use crate::upstream::{RequestBody, Upstream, UpstreamConfig, UpstreamError, UpstreamRequest};
 use vcdn_policy::admission::{Admission, AdmissionFilter, LruFilter};
 
 /// The shared state of one cache instance.
@@ -98,6 +98,8 @@ impl Cache {
             connect_timeout: std::time::Duration::from_millis(cfg.upstream_connect_timeout_ms),
             read_timeout: std::time::Duration::from_millis(cfg.upstream_read_timeout_ms),
             max_idle: cfg.upstream_max_idle,
+            idle_timeout: std::time::Duration::from_millis(cfg.upstream_idle_timeout_ms),
+            policy: cfg.origin_policy.parse()?,
         })
         .map_err(|e| e.to_string())?;
         let policy = PolicyConfig {
@@ -178,8 +180,15 @@ impl Cache {
         }
     }
 
-    /// Answer one request. `body` is the complete request body.
-    pub async fn handle(self: &Arc<Self>, req: &RequestHead, body: Bytes, peer: IpAddr) -> Reply {
+    /// Answer one request. `body` is its body (complete bytes or a stream),
+    /// forwarded only on a pass (a GET's or HEAD's is not).
+    pub async fn handle(
+        self: &Arc<Self>,
+        req: &RequestHead,
+        body: impl Into<RequestBody>,
+        peer: IpAddr,
+    ) -> Reply {
+        let body = body.into();
         let ctx = Ctx {
             req,
             head_only: req.method == Method::Head,
@@ -481,7 +490,7 @@ impl Cache {
 
     /// Forward a request that the cache cannot answer (unsafe methods), then
     /// invalidate what it may have changed (RFC 9111 §4.4).
-    async fn pass(self: &Arc<Self>, ctx: &Ctx<'_>, body: Bytes, peer: IpAddr) -> Reply {
+    async fn pass(self: &Arc<Self>, ctx: &Ctx<'_>, body: RequestBody, peer: IpAddr) -> Reply {
         let req = ctx.req;
         let primary = req.origin_form();
         let fetch = Fetch::new(
@@ -794,7 +803,7 @@ impl Cache {
             method: Bytes::from_static(b"GET"),
             path: req.origin_form(),
             headers,
-            body: Bytes::new(),
+            body: RequestBody::None,
             idempotent: true,
             store: true,
             conditional,
@@ -860,7 +869,7 @@ impl Cache {
         }
     }
 
-    async fn exchange(self: &Arc<Self>, fetch: &Arc<Fetch>, plan: FetchPlan, registered: bool) {
+    async fn exchange(self: &Arc<Self>, fetch: &Arc<Fetch>, mut plan: FetchPlan, registered: bool) {
         #[cfg(debug_assertions)]
         self.inject_fault(
             fetch.key.split(|&c| c == b'?').next().unwrap_or_default(),
@@ -874,16 +883,31 @@ impl Cache {
             method: &plan.method,
             path_and_query: &plan.path,
             headers: plan.headers.clone(),
-            body: plan.body.clone(),
             idempotent: plan.idempotent,
             head_only: plan.method == "HEAD",
         };
-        let result = self.upstream.send(&req).await;
+        let body = std::mem::take(&mut plan.body);
+        let result = self.upstream.send(&req, body).await;
         let mut resp = match result {
             Ok(r) => r,
             Err(e) => {
-                self.metrics.upstream_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(key = %String::from_utf8_lossy(&fetch.key), error = %e, "upstream request failed");
+                let key = String::from_utf8_lossy(&fetch.key);
+                match &e {
+                    // The client's fault, answered by the connection loop.
+                    UpstreamError::BodyAborted => {
+                        tracing::debug!(key = %key, "request body ended early; upstream request abandoned")
+                    }
+                    UpstreamError::Refused(r) => {
+                        self.metrics
+                            .upstream_refused
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(key = %key, upstream = %self.upstream.url(), address = %r.addr, rule = %r.rule, "upstream address refused by the origin policy");
+                    }
+                    _ => {
+                        self.metrics.upstream_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(key = %key, error = %e, "upstream request failed");
+                    }
+                }
                 fetch.finish(Err(FetchError {
                     status: e.status(),
                     message: e.to_string(),
@@ -1086,7 +1110,7 @@ struct FetchPlan {
     method: Bytes,
     path: Bytes,
     headers: Vec<(Bytes, Bytes)>,
-    body: Bytes,
+    body: RequestBody,
     idempotent: bool,
     /// A cache fill (its response may be stored), not a pass.
     store: bool,

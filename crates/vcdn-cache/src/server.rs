@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::Write;
 use std::net::TcpStream as StdStream;
@@ -22,12 +22,24 @@ use crate::metrics::{CacheStatus, HitTally};
 use crate::panic;
 use crate::proxy::{AtOnce, Cache};
 use crate::reply::{error_reply, Reply, ReplyBody};
+use crate::request_body::BodyClock;
+use crate::upstream::{BodyPiece, BodyStream, RequestBody};
 
 /// Bodies up to this size are copied into the batch buffer; larger ones are
 /// written from the stored bytes directly.
 const INLINE_BODY: usize = 16 * 1024;
 /// Flush the batch buffer past this size even if more requests wait.
 const MAX_BATCH: usize = 64 * 1024;
+/// Reads of a request body being streamed upstream.
+const BODY_READ: usize = 64 * 1024;
+/// Pieces of a streamed request body in flight to the upstream: with
+/// [`BODY_READ`], an upload holds a few hundred KiB whatever its size.
+const BODY_DEPTH: usize = 2;
+/// After an error answered mid-body, what the client still sends is read
+/// and dropped for this long (and at most [`LINGER_BYTES`]), so that
+/// closing does not reset the connection before it has read the answer.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 16 << 20;
 
 /// Bind a listening socket with `SO_REUSEPORT`, so several threads can each
 /// own one on the same address.
@@ -154,6 +166,27 @@ enum Next {
     Closed,
 }
 
+/// How the reading of a request body ended.
+enum Pumped {
+    /// All of it was read and handed over.
+    Complete,
+    /// The upstream side stopped taking it (it failed or answered early):
+    /// the rest is unread, so the connection closes after the answer.
+    Abandoned,
+    /// The client's body is at fault: answer this, then close.
+    Failed(u16, String),
+}
+
+/// What to do with a request's body before answering it.
+enum BodyPlan {
+    /// Already complete in the buffer.
+    Ready(RequestBody),
+    /// Stream it upstream as it arrives.
+    Stream,
+    /// Refuse the request with this status and reason, then close.
+    Refuse(u16, String),
+}
+
 struct Conn<'a> {
     cache: &'a Arc<Cache>,
     /// The socket, with readiness we manage ourselves: after a short read
@@ -243,18 +276,23 @@ impl Conn<'_> {
                 Next::Request(h) => h,
                 Next::Closed => return self.flush().await,
             };
-            if head.expect_continue && head.body != BodyFraming::None {
-                self.flush().await?;
-                self.write(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-            }
-            let body = match self.read_body(head.body).await? {
-                Ok(b) => b,
-                Err((code, msg)) => {
-                    let r = error_reply(code, msg, true, false);
-                    self.cache.metrics.response(code, 0);
-                    return self.send(r, false).await.map(|_| ());
+            let mut body = RequestBody::None;
+            if head.body != BodyFraming::None {
+                match self.body_plan(&head) {
+                    BodyPlan::Ready(b) => body = b,
+                    BodyPlan::Refuse(code, msg) => return self.refuse(code, &msg).await,
+                    BodyPlan::Stream => {
+                        if head.expect_continue {
+                            self.flush().await?;
+                            self.write(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+                        }
+                        if !Box::pin(self.forward(&head)).await? {
+                            return Ok(());
+                        }
+                        continue;
+                    }
                 }
-            };
+            }
             // A fresh memory hit is answered at once; anything else goes
             // through the handler, boxed because its state is large and a
             // waiting connection should not carry it.
@@ -385,15 +423,19 @@ impl Conn<'_> {
     /// socket is readable, so a connection that has sent nothing holds none
     /// (a busy one keeps at most the rest of one 4 KiB buffer).
     async fn fill(&mut self, deadline: Instant) -> std::io::Result<usize> {
-        const CHUNK: usize = 4096;
+        self.fill_with(deadline, 4096).await
+    }
+
+    /// [`Conn::fill`] with reads of about `chunk` bytes.
+    async fn fill_with(&mut self, deadline: Instant, chunk: usize) -> std::io::Result<usize> {
         loop {
             let mut guard =
                 match tokio::time::timeout_at(deadline.into(), self.stream.readable()).await {
                     Ok(g) => g?,
                     Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
                 };
-            if self.rbuf.capacity() - self.rbuf.len() < CHUNK / 4 {
-                self.rbuf.reserve(CHUNK);
+            if self.rbuf.capacity() - self.rbuf.len() < chunk / 4 {
+                self.rbuf.reserve(chunk);
             }
             let rbuf = &mut self.rbuf;
             let res = guard.try_io(|s| {
@@ -436,55 +478,215 @@ impl Conn<'_> {
             .map(|_| ())
     }
 
-    /// Read a request body (buffered: the cache forwards bodies of unsafe
-    /// methods only, and bounds them). The inner error is a reply to send.
-    async fn read_body(
-        &mut self,
-        framing: BodyFraming,
-    ) -> std::io::Result<Result<Bytes, (u16, &'static str)>> {
+    /// Decide what to do with a request's body from what is buffered: too
+    /// large (413) or malformed (400) is refused, a body already complete
+    /// goes whole, anything else is streamed.
+    fn body_plan(&mut self, head: &RequestHead) -> BodyPlan {
         let max = self.cache.cfg.max_request_body;
-        let wait = Duration::from_millis(self.cache.cfg.header_timeout_ms);
-        match framing {
-            BodyFraming::None => Ok(Ok(Bytes::new())),
-            BodyFraming::Length(n) if n > max => Ok(Err((413, "request body too large"))),
-            BodyFraming::Length(n) => {
-                while (self.rbuf.len() as u64) < n {
-                    match self.fill(Instant::now() + wait).await {
-                        Ok(0) => return Ok(Err((400, "request body ended early"))),
-                        Ok(_) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                            return Ok(Err((408, "the request body did not arrive in time")))
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(Ok(self.rbuf.split_to(n as usize).freeze()))
+        let too_large = || {
+            BodyPlan::Refuse(
+                413,
+                format!("the request body is larger than the {max} bytes this cache accepts"),
+            )
+        };
+        match head.body {
+            BodyFraming::None => BodyPlan::Ready(RequestBody::None),
+            BodyFraming::Length(n) if n > max => too_large(),
+            BodyFraming::Length(n) if self.rbuf.len() as u64 >= n => {
+                // n is at most the buffer's length, so it fits a usize.
+                BodyPlan::Ready(RequestBody::Full(self.rbuf.split_to(n as usize).freeze()))
             }
+            BodyFraming::Length(_) => BodyPlan::Stream,
             BodyFraming::Chunked => {
+                // Decode a copy of what is buffered (a few KiB): if the
+                // body is all there it goes whole, with a Content-Length.
+                let mut probe = self.rbuf.clone();
                 let mut dec = ChunkedDecoder::new();
-                let mut body = BytesMut::new();
+                let mut whole = BytesMut::new();
                 loop {
-                    match dec.decode(&mut self.rbuf) {
+                    match dec.decode(&mut probe) {
                         Ok(Decoded::Data(d)) => {
-                            if (body.len() + d.len()) as u64 > max {
-                                return Ok(Err((413, "request body too large")));
+                            if (whole.len() + d.len()) as u64 > max {
+                                return too_large();
                             }
-                            body.extend_from_slice(&d);
+                            whole.extend_from_slice(&d);
                         }
-                        Ok(Decoded::Done) => return Ok(Ok(body.freeze())),
-                        Ok(Decoded::NeedMore) => match self.fill(Instant::now() + wait).await {
-                            Ok(0) => return Ok(Err((400, "request body ended early"))),
-                            Ok(_) => {}
-                            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                                return Ok(Err((408, "the request body did not arrive in time")))
-                            }
-                            Err(e) => return Err(e),
-                        },
-                        Err(_) => return Ok(Err((400, "malformed chunked request body"))),
+                        Ok(Decoded::Done) => {
+                            self.rbuf = probe;
+                            return BodyPlan::Ready(RequestBody::Full(whole.freeze()));
+                        }
+                        Ok(Decoded::NeedMore) => return BodyPlan::Stream,
+                        Err(e) => return BodyPlan::Refuse(400, bad_chunked(&e)),
                     }
                 }
             }
         }
+    }
+
+    /// Answer a request whose body is not taken, then close.
+    async fn refuse(&mut self, code: u16, msg: &str) -> std::io::Result<()> {
+        let m = &self.cache.metrics;
+        if code == 408 {
+            m.timeouts.fetch_add(1, Ordering::Relaxed);
+        } else {
+            m.bad_requests.fetch_add(1, Ordering::Relaxed);
+        }
+        m.response(code, 0);
+        tracing::debug!(peer = %self.peer, status = code, reason = msg, "request body refused");
+        self.send(error_reply(code, msg, true, false), false)
+            .await?;
+        self.linger().await;
+        Ok(())
+    }
+
+    /// Pass a request whose body is still arriving: the body is read and
+    /// handed to the upstream piece by piece while the proxy waits for the
+    /// answer. Returns whether the connection stays open.
+    async fn forward(&mut self, head: &RequestHead) -> std::io::Result<bool> {
+        let length = match head.body {
+            BodyFraming::Length(n) => Some(n),
+            _ => None,
+        };
+        let (tx, stream) = BodyStream::channel(length, BODY_DEPTH);
+        let cache = self.cache;
+        let peer = self.peer.ip();
+        let (handled, pumped) = tokio::join!(
+            panic::boundary(Box::pin(cache.handle(
+                head,
+                RequestBody::Stream(stream),
+                peer
+            ))),
+            self.pump(head.body, tx)
+        );
+        let pumped = pumped?;
+        let mut reply = match handled {
+            Ok(r) => r,
+            Err(p) => {
+                // The rest of the body is unread: answer 500 and close.
+                self.panicked(&p, head.method == Method::Head).await?;
+                return Ok(false);
+            }
+        };
+        if let Pumped::Failed(code, msg) = pumped {
+            drop(reply);
+            self.refuse(code, &msg).await?;
+            return Ok(false);
+        }
+        let abandoned = matches!(pumped, Pumped::Abandoned);
+        if abandoned {
+            force_close(&mut reply);
+        }
+        let close = reply.close || !head.keep_alive;
+        let clean = Box::pin(self.send(reply, head.method == Method::Head)).await?;
+        if abandoned {
+            self.linger().await;
+            return Ok(false);
+        }
+        if close || !clean {
+            self.flush().await?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Read the body of the request being forwarded and hand it to `tx`,
+    /// within the body's time limits and `max_request_body`.
+    async fn pump(
+        &mut self,
+        framing: BodyFraming,
+        tx: tokio::sync::mpsc::Sender<BodyPiece>,
+    ) -> std::io::Result<Pumped> {
+        let cfg = &self.cache.cfg;
+        let max = cfg.max_request_body;
+        let mut clock = BodyClock::new(cfg);
+        let mut left = match framing {
+            BodyFraming::Length(n) => Some(n),
+            _ => None,
+        };
+        let mut dec = ChunkedDecoder::new();
+        let mut total = 0u64;
+        loop {
+            let piece = match left {
+                Some(0) => {
+                    let _ = tx.send(BodyPiece::End).await;
+                    return Ok(Pumped::Complete);
+                }
+                Some(_) if self.rbuf.is_empty() => None,
+                Some(n) => {
+                    let k = n.min(self.rbuf.len() as u64);
+                    left = Some(n - k);
+                    Some(self.rbuf.split_to(k as usize).freeze())
+                }
+                None => match dec.decode(&mut self.rbuf) {
+                    Ok(Decoded::Data(d)) => {
+                        total += d.len() as u64;
+                        if total > max {
+                            return Ok(Pumped::Failed(
+                                413,
+                                format!(
+                                    "the request body is larger than the {max} bytes this cache accepts"
+                                ),
+                            ));
+                        }
+                        Some(d)
+                    }
+                    Ok(Decoded::Done) => {
+                        let _ = tx.send(BodyPiece::End).await;
+                        return Ok(Pumped::Complete);
+                    }
+                    Ok(Decoded::NeedMore) => None,
+                    Err(e) => return Ok(Pumped::Failed(400, bad_chunked(&e))),
+                },
+            };
+            if let Some(d) = piece {
+                if tx.send(BodyPiece::Data(d)).await.is_err() {
+                    return Ok(Pumped::Abandoned);
+                }
+                continue;
+            }
+            let Some(wait) = clock.allowance() else {
+                return Ok(Pumped::Failed(408, clock.explain()));
+            };
+            let since = Instant::now();
+            let read = tokio::select! {
+                r = self.fill_with(since + wait, BODY_READ) => r,
+                _ = tx.closed() => return Ok(Pumped::Abandoned),
+            };
+            match read {
+                Ok(0) => {
+                    return Ok(Pumped::Failed(
+                        400,
+                        "the request body ended before its end".into(),
+                    ))
+                }
+                Ok(n) => clock.waited(since, n),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Ok(Pumped::Failed(408, clock.explain()))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Before closing a connection whose client may still be sending (an
+    /// answer given before its body was read), stop writing and read what
+    /// comes for a while: closing with unread bytes makes the kernel reset
+    /// the connection, and the client would lose the answer.
+    async fn linger(&mut self) {
+        if self.flush().await.is_err() {
+            return;
+        }
+        let _ = rustix::net::shutdown(self.stream.get_ref(), rustix::net::Shutdown::Write);
+        let until = Instant::now() + LINGER;
+        let mut dropped = 0;
+        while dropped < LINGER_BYTES {
+            self.rbuf.clear();
+            match self.fill_with(until, BODY_READ).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => dropped += n,
+            }
+        }
+        self.rbuf = BytesMut::new();
     }
 
     /// Queue or write a reply. Returns false if its body could not be
@@ -703,4 +905,18 @@ impl Conn<'_> {
         }
         Ok(())
     }
+}
+
+/// The 400 reason for a malformed chunked request body.
+fn bad_chunked(e: &ParseError) -> String {
+    format!("the chunked request body is malformed: {e}")
+}
+
+/// Make a reply end the connection (its request's body was not all read).
+fn force_close(r: &mut Reply) {
+    if !r.close && r.head.ends_with(b"\r\n\r\n") {
+        r.head.truncate(r.head.len() - 2);
+        r.head.extend_from_slice(b"Connection: close\r\n\r\n");
+    }
+    r.close = true;
 }

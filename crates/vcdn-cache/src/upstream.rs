@@ -1,19 +1,30 @@
 //! The upstream client: an origin or a parent cache, reached over pooled
-//! keep-alive HTTP/1.1 connections, with connect and read timeouts and one
-//! retry of an idempotent request when a connection fails before any
-//! response byte (typically a pooled connection the upstream had closed).
+//! keep-alive HTTP/1.1 connections, with connect, read and write timeouts
+//! and one retry of an idempotent request when a connection fails before
+//! any response byte (and before any streamed body byte was sent).
+//!
+//! Two guards sit at connect time. The operator's origin policy is applied
+//! to every address the upstream name resolves to, at each connect (a name
+//! may resolve to something else later: DNS rebinding), and only allowed
+//! addresses are tried. A pooled connection is checked before reuse: one
+//! the upstream closed (or that has unexpected bytes waiting) is dropped,
+//! and none is kept idle longer than `idle_timeout`, which stays under
+//! common origins' keep-alive timeouts (Apache closes after 5 s), so a
+//! request that cannot be retried (a POST) is not sent into a dead socket.
 
 use std::net::SocketAddr;
 use std::thread::ThreadId;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use vcdn_http::chunked::{ChunkedDecoder, Decoded};
+use tokio::sync::mpsc;
+use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use vcdn_http::response::ResponseFraming;
 use vcdn_http::{parse_response, Limits, ResponseHead};
+use vcdn_policy::origin::{OriginPolicy, Refused};
 
 /// Where and how to reach the upstream.
 #[derive(Debug, Clone)]
@@ -21,8 +32,13 @@ pub struct UpstreamConfig {
     /// `http://host:port[/base]`, as given by the operator.
     pub url: String,
     pub connect_timeout: Duration,
+    /// Longest wait for the upstream to send or to accept bytes.
     pub read_timeout: Duration,
     pub max_idle: usize,
+    /// A pooled connection idle longer than this is not used again.
+    pub idle_timeout: Duration,
+    /// Addresses the cache may connect to (empty: all).
+    pub policy: OriginPolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -33,17 +49,30 @@ pub enum UpstreamError {
     ConnectTimeout(String, Duration),
     #[error("upstream {0} sent nothing for {1:?}")]
     Timeout(String, Duration),
+    #[error("upstream {0} accepted no request bytes for {1:?}")]
+    WriteTimeout(String, Duration),
     #[error("upstream {0} closed the connection: {1}")]
     Closed(String, String),
     #[error("upstream {0} sent an invalid response: {1}")]
     Invalid(String, String),
+    /// Every address of the upstream is refused by the origin policy.
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    /// The client's request body stopped before its end (too slow, too
+    /// large, malformed or cut): the request was abandoned upstream.
+    #[error("the request body from the client ended before it was complete")]
+    BodyAborted,
 }
 
 impl UpstreamError {
-    /// 504 for timeouts, 502 for everything else.
+    /// 504 for timeouts, 400 for a client body that did not arrive, 502
+    /// for everything else.
     pub fn status(&self) -> u16 {
         match self {
-            UpstreamError::ConnectTimeout(..) | UpstreamError::Timeout(..) => 504,
+            UpstreamError::ConnectTimeout(..)
+            | UpstreamError::Timeout(..)
+            | UpstreamError::WriteTimeout(..) => 504,
+            UpstreamError::BodyAborted => 400,
             _ => 502,
         }
     }
@@ -56,19 +85,28 @@ pub struct BadUrl(String, &'static str);
 #[derive(Debug)]
 pub struct Upstream {
     cfg: UpstreamConfig,
-    addr: SocketAddr,
+    /// `host:port` to resolve at each connect.
+    host_port: String,
     /// Value of the Host field sent upstream.
     pub authority: String,
     /// Path prefix prepended to every request path.
     base_path: String,
     /// Idle keep-alive connections, oldest first, each with the thread that
-    /// opened it. A connection is registered with the reactor of that
-    /// thread's runtime, so only that thread takes it again: on another, its
-    /// readiness would wait for the owner to turn its reactor, which a busy
-    /// serving thread does only between batches of its ring.
-    idle: Mutex<Vec<(ThreadId, TcpStream)>>,
+    /// opened it and when it was pooled. A connection is registered with the
+    /// reactor of that thread's runtime, so only that thread takes it again:
+    /// on another, its readiness would wait for the owner to turn its
+    /// reactor, which a busy serving thread does only between batches of
+    /// its ring.
+    idle: Mutex<Vec<Pooled>>,
     /// Requests sent a second time after a failed connection.
     pub retries: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug)]
+struct Pooled {
+    owner: ThreadId,
+    since: Instant,
+    conn: TcpStream,
 }
 
 /// A request to send upstream.
@@ -77,10 +115,64 @@ pub struct UpstreamRequest<'a> {
     pub path_and_query: &'a [u8],
     /// Fields to send, hop-by-hop ones already removed; Host is added here.
     pub headers: Vec<(Bytes, Bytes)>,
-    pub body: Bytes,
     pub idempotent: bool,
     pub head_only: bool,
 }
+
+/// The body of a request to forward.
+#[derive(Debug, Default)]
+pub enum RequestBody {
+    #[default]
+    None,
+    /// The whole body, already read.
+    Full(Bytes),
+    /// A body still arriving from the client, forwarded as it comes.
+    Stream(BodyStream),
+}
+
+/// A complete body; empty is none.
+impl From<Bytes> for RequestBody {
+    fn from(b: Bytes) -> RequestBody {
+        if b.is_empty() {
+            RequestBody::None
+        } else {
+            RequestBody::Full(b)
+        }
+    }
+}
+
+/// A request body that arrives piece by piece from the client's connection
+/// through a small bounded channel: the connection reads only as fast as
+/// the upstream takes, so an upload of any size holds a few pieces.
+#[derive(Debug)]
+pub struct BodyStream {
+    /// The client's Content-Length, sent upstream as is; `None`: the
+    /// body is sent chunked.
+    pub length: Option<u64>,
+    pub pieces: mpsc::Receiver<BodyPiece>,
+}
+
+/// One message of a [`BodyStream`]. The channel closing without `End`
+/// means the client's body failed: the upstream request is abandoned.
+#[derive(Debug)]
+pub enum BodyPiece {
+    Data(Bytes),
+    End,
+}
+
+impl BodyStream {
+    /// A stream and the sender that feeds it, holding at most `depth`
+    /// pieces in flight.
+    pub fn channel(length: Option<u64>, depth: usize) -> (mpsc::Sender<BodyPiece>, BodyStream) {
+        let (tx, rx) = mpsc::channel(depth);
+        (tx, BodyStream { length, pieces: rx })
+    }
+}
+
+/// How one exchange failed: the error, and whether the request may be sent
+/// again on another connection (no response byte arrived and no piece of a
+/// streamed body was used up).
+type Failed = (UpstreamError, bool);
 
 impl Upstream {
     pub fn new(cfg: UpstreamConfig) -> Result<Upstream, BadUrl> {
@@ -103,14 +195,27 @@ impl Upstream {
         } else {
             format!("{authority}:80")
         };
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
+        // Checked once here so that a typo stops the start; the name is
+        // resolved again at every connect.
+        let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
             .map_err(|_| BadUrl(url.clone(), "host does not resolve"))?
-            .next()
-            .ok_or_else(|| BadUrl(url.clone(), "host does not resolve"))?;
+            .collect();
+        if addrs.is_empty() {
+            return Err(BadUrl(url.clone(), "host does not resolve"));
+        }
+        // Said at start too, so that the operator does not learn it from
+        // the first client's 502.
+        let refused: Vec<Refused> = addrs
+            .iter()
+            .filter_map(|a| cfg.policy.check(*a).err())
+            .collect();
+        if refused.len() == addrs.len() {
+            tracing::warn!(upstream = %url, "{}; requests that need the upstream will get 502", refused[0]);
+        }
         Ok(Upstream {
             authority: authority.to_string(),
             base_path: path.to_string(),
-            addr,
+            host_port: with_port,
             cfg,
             idle: Mutex::new(Vec::new()),
             retries: Default::default(),
@@ -125,22 +230,51 @@ impl Upstream {
         self.idle.lock().len()
     }
 
+    /// Resolve the upstream name now and connect to the first address the
+    /// origin policy allows that answers.
     async fn connect(&self) -> Result<TcpStream, UpstreamError> {
-        match tokio::time::timeout(self.cfg.connect_timeout, TcpStream::connect(self.addr)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                Ok(s)
+        let url = || self.cfg.url.clone();
+        let t = self.cfg.connect_timeout;
+        let addrs: Vec<SocketAddr> =
+            match tokio::time::timeout(t, tokio::net::lookup_host(&self.host_port)).await {
+                Ok(Ok(a)) => a.collect(),
+                Ok(Err(e)) => return Err(UpstreamError::Connect(url(), e)),
+                Err(_) => return Err(UpstreamError::ConnectTimeout(url(), t)),
+            };
+        let mut refused = None;
+        let mut failed = None;
+        for addr in addrs {
+            if let Err(r) = self.cfg.policy.check(addr) {
+                refused.get_or_insert(r);
+                continue;
             }
-            Ok(Err(e)) => Err(UpstreamError::Connect(self.cfg.url.clone(), e)),
-            Err(_) => Err(UpstreamError::ConnectTimeout(
-                self.cfg.url.clone(),
-                self.cfg.connect_timeout,
-            )),
+            match tokio::time::timeout(t, TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
+                Ok(Err(e)) => failed = Some(UpstreamError::Connect(url(), e)),
+                Err(_) => failed = Some(UpstreamError::ConnectTimeout(url(), t)),
+            }
         }
+        Err(match (failed, refused) {
+            (Some(e), _) => e,
+            (None, Some(r)) => UpstreamError::Refused(r),
+            (None, None) => UpstreamError::Connect(
+                url(),
+                std::io::Error::other(format!("{} resolves to no address", self.host_port)),
+            ),
+        })
     }
 
-    fn encode(&self, req: &UpstreamRequest<'_>) -> Vec<u8> {
-        let mut out = Vec::with_capacity(512 + req.body.len());
+    /// The request head, with the framing of `body`; a complete body is
+    /// appended so that a small request goes in one write.
+    fn encode(&self, req: &UpstreamRequest<'_>, body: &RequestBody) -> Vec<u8> {
+        let full = match body {
+            RequestBody::Full(b) => &b[..],
+            _ => &[],
+        };
+        let mut out = Vec::with_capacity(512 + full.len());
         out.extend_from_slice(req.method);
         out.push(b' ');
         out.extend_from_slice(self.base_path.as_bytes());
@@ -154,11 +288,20 @@ impl Upstream {
             out.extend_from_slice(v);
             out.extend_from_slice(b"\r\n");
         }
-        if !req.body.is_empty() || matches!(req.method, b"POST" | b"PUT" | b"PATCH") {
-            out.extend_from_slice(format!("Content-Length: {}\r\n", req.body.len()).as_bytes());
+        match body {
+            RequestBody::Stream(BodyStream {
+                length: Some(n), ..
+            }) => out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes()),
+            RequestBody::Stream(BodyStream { length: None, .. }) => {
+                out.extend_from_slice(b"Transfer-Encoding: chunked\r\n")
+            }
+            _ if !full.is_empty() || matches!(req.method, b"POST" | b"PUT" | b"PATCH") => {
+                out.extend_from_slice(format!("Content-Length: {}\r\n", full.len()).as_bytes())
+            }
+            _ => {}
         }
         out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(&req.body);
+        out.extend_from_slice(full);
         out
     }
 
@@ -167,14 +310,16 @@ impl Upstream {
     pub async fn send(
         &self,
         req: &UpstreamRequest<'_>,
+        mut body: RequestBody,
     ) -> Result<UpstreamResponse<'_>, UpstreamError> {
-        let wire = self.encode(req);
+        let wire = self.encode(req, &body);
         let mut retried = false;
         loop {
             let mut conn = match self.take_idle() {
                 Some(c) => c,
                 None => match self.connect().await {
                     Ok(c) => c,
+                    Err(e @ UpstreamError::Refused(_)) => return Err(e),
                     Err(e) if req.idempotent && !retried => {
                         tracing::debug!(error = %e, "retrying upstream connect");
                         retried = true;
@@ -185,7 +330,10 @@ impl Upstream {
                     Err(e) => return Err(e),
                 },
             };
-            match self.exchange(&mut conn, &wire, req.head_only).await {
+            match self
+                .exchange(&mut conn, &wire, &mut body, req.head_only)
+                .await
+            {
                 Ok((head, buf, framing)) => {
                     return Ok(UpstreamResponse {
                         body: UpstreamBody {
@@ -206,7 +354,7 @@ impl Upstream {
                 }
                 // Nothing of a response arrived: the connection failed, not
                 // the request, so an idempotent request may go once more.
-                Err((e, false)) if req.idempotent && !retried => {
+                Err((e, true)) if req.idempotent && !retried => {
                     tracing::debug!(error = %e, "retrying upstream request");
                     retried = true;
                     self.retries
@@ -217,17 +365,62 @@ impl Upstream {
         }
     }
 
-    /// Write the request, read the head. The bool in an error says whether
-    /// any response byte had arrived.
+    /// Write with the read timeout as the bound on an upstream that takes
+    /// nothing.
+    async fn write(&self, conn: &mut TcpStream, b: &[u8]) -> Result<(), UpstreamError> {
+        let t = self.cfg.read_timeout;
+        match tokio::time::timeout(t, conn.write_all(b)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(UpstreamError::Closed(self.cfg.url.clone(), e.to_string())),
+            Err(_) => Err(UpstreamError::WriteTimeout(self.cfg.url.clone(), t)),
+        }
+    }
+
+    /// Forward a streamed body as its pieces arrive. The error's bool says
+    /// whether the request may still be retried (no piece used up yet).
+    async fn stream_body(&self, conn: &mut TcpStream, s: &mut BodyStream) -> Result<(), Failed> {
+        let chunked = s.length.is_none();
+        let mut used = false;
+        loop {
+            let piece = s.pieces.recv().await;
+            match piece {
+                Some(BodyPiece::Data(d)) => {
+                    used = true;
+                    if chunked {
+                        let mut h = Vec::with_capacity(12);
+                        chunk_header(d.len(), &mut h);
+                        self.write(conn, &h).await.map_err(|e| (e, false))?;
+                    }
+                    self.write(conn, &d).await.map_err(|e| (e, false))?;
+                    if chunked {
+                        self.write(conn, b"\r\n").await.map_err(|e| (e, false))?;
+                    }
+                }
+                Some(BodyPiece::End) => {
+                    if chunked {
+                        self.write(conn, b"0\r\n\r\n")
+                            .await
+                            .map_err(|e| (e, !used))?;
+                    }
+                    return Ok(());
+                }
+                None => return Err((UpstreamError::BodyAborted, false)),
+            }
+        }
+    }
+
+    /// Write the request, read the head.
     async fn exchange(
         &self,
         conn: &mut TcpStream,
         wire: &[u8],
+        body: &mut RequestBody,
         head_only: bool,
-    ) -> Result<(ResponseHead, BytesMut, ResponseFraming), (UpstreamError, bool)> {
+    ) -> Result<(ResponseHead, BytesMut, ResponseFraming), Failed> {
         let url = || self.cfg.url.clone();
-        if let Err(e) = conn.write_all(wire).await {
-            return Err((UpstreamError::Closed(url(), e.to_string()), false));
+        self.write(conn, wire).await.map_err(|e| (e, true))?;
+        if let RequestBody::Stream(s) = body {
+            self.stream_body(conn, s).await?;
         }
         let mut buf = BytesMut::with_capacity(16 * 1024);
         let limits = Limits {
@@ -235,6 +428,8 @@ impl Upstream {
             max_head: 64 * 1024,
             max_headers: 200,
         };
+        // A streamed body is used up: the request cannot be sent again.
+        let again = !matches!(body, RequestBody::Stream(_));
         loop {
             let frozen = buf.clone().freeze();
             match parse_response(&frozen, &limits) {
@@ -246,46 +441,74 @@ impl Upstream {
                     }
                     let framing = head
                         .framing(head_only)
-                        .map_err(|e| (UpstreamError::Invalid(url(), e.to_string()), true))?;
+                        .map_err(|e| (UpstreamError::Invalid(url(), e.to_string()), false))?;
                     return Ok((head, buf, framing));
                 }
                 Ok(None) => {}
-                Err(e) => return Err((UpstreamError::Invalid(url(), e.to_string()), true)),
+                Err(e) => return Err((UpstreamError::Invalid(url(), e.to_string()), false)),
             }
             match tokio::time::timeout(self.cfg.read_timeout, conn.read_buf(&mut buf)).await {
                 Ok(Ok(0)) => {
-                    let any = !buf.is_empty();
-                    return Err((UpstreamError::Closed(url(), "no response".into()), any));
+                    let none = buf.is_empty() && again;
+                    return Err((UpstreamError::Closed(url(), "no response".into()), none));
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
-                    let any = !buf.is_empty();
-                    return Err((UpstreamError::Closed(url(), e.to_string()), any));
+                    let none = buf.is_empty() && again;
+                    return Err((UpstreamError::Closed(url(), e.to_string()), none));
                 }
-                Err(_) => return Err((UpstreamError::Timeout(url(), self.cfg.read_timeout), true)),
+                Err(_) => {
+                    return Err((UpstreamError::Timeout(url(), self.cfg.read_timeout), false))
+                }
             }
         }
     }
 
-    /// The most recently used idle connection this thread opened.
+    /// The most recently used idle connection this thread opened that is
+    /// still good: idle for less than `idle_timeout`, not closed by the
+    /// upstream, with no unexpected bytes waiting.
     fn take_idle(&self) -> Option<TcpStream> {
         let me = std::thread::current().id();
+        let now = Instant::now();
         let mut idle = self.idle.lock();
-        let i = idle.iter().rposition(|(owner, _)| *owner == me)?;
-        Some(idle.remove(i).1)
+        idle.retain(|p| now.duration_since(p.since) < self.cfg.idle_timeout);
+        while let Some(i) = idle.iter().rposition(|p| p.owner == me) {
+            let p = idle.remove(i);
+            if still_open(&p.conn) {
+                return Some(p.conn);
+            }
+        }
+        None
     }
 
     /// Pool a connection after a clean response. When the pool is full the
     /// longest idle one goes, the likeliest to have been closed upstream.
     fn give_back(&self, conn: TcpStream) {
-        if self.cfg.max_idle == 0 {
+        if self.cfg.max_idle == 0 || self.cfg.idle_timeout.is_zero() {
             return;
         }
         let mut idle = self.idle.lock();
         if idle.len() >= self.cfg.max_idle {
             idle.remove(0);
         }
-        idle.push((std::thread::current().id(), conn));
+        idle.push(Pooled {
+            owner: std::thread::current().id(),
+            since: Instant::now(),
+            conn,
+        });
+    }
+}
+
+/// Whether an idle connection can carry a request: a peek that would block
+/// means the upstream neither closed it (that reads as 0) nor sent bytes
+/// nobody asked for (a late or extra response, which would be taken for
+/// the answer to the next request).
+fn still_open(conn: &TcpStream) -> bool {
+    use rustix::net::{recv, RecvFlags};
+    let mut byte = [0u8; 1];
+    match recv(conn, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+        Err(e) => e == rustix::io::Errno::WOULDBLOCK,
+        Ok(_) => false,
     }
 }
 
@@ -457,11 +680,13 @@ mod tests {
             method: b"GET",
             path_and_query: b"/x",
             headers: Vec::new(),
-            body: Bytes::new(),
             idempotent: true,
             head_only: false,
         };
-        let mut r = up.send(&req).await.expect("upstream answers");
+        let mut r = up
+            .send(&req, RequestBody::None)
+            .await
+            .expect("upstream answers");
         assert_eq!(r.head.status, 200);
         while r.body.next().await.expect("whole body").is_some() {}
     }
@@ -471,6 +696,34 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    /// A connection pooled longer than the idle timeout is not reused: the
+    /// origin may be closing it.
+    #[test]
+    fn pooled_connections_idle_too_long_are_not_reused() {
+        let (addr, accepted) = origin();
+        let up = Upstream::new(UpstreamConfig {
+            url: format!("http://{addr}"),
+            connect_timeout: Duration::from_secs(2),
+            read_timeout: Duration::from_secs(2),
+            max_idle: 8,
+            idle_timeout: Duration::from_millis(100),
+            policy: OriginPolicy::default(),
+        })
+        .unwrap();
+        runtime().block_on(async {
+            get(&up).await;
+            get(&up).await;
+            assert_eq!(accepted.load(Ordering::SeqCst), 1, "reused while fresh");
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            get(&up).await;
+            assert_eq!(
+                accepted.load(Ordering::SeqCst),
+                2,
+                "not reused once idle too long"
+            );
+        });
     }
 
     /// Thread A pools a connection and then blocks (as a serving thread
@@ -486,6 +739,8 @@ mod tests {
                 connect_timeout: Duration::from_secs(2),
                 read_timeout: Duration::from_secs(2),
                 max_idle: 8,
+                idle_timeout: Duration::from_secs(4),
+                policy: OriginPolicy::default(),
             })
             .unwrap(),
         );

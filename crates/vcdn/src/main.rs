@@ -127,6 +127,10 @@ struct CacheArgs {
     /// Where filtered requests go [default: the upstream].
     #[arg(long, env = "VCDN_ADMISSION_REDIRECT")]
     admission_redirect: Option<String>,
+    /// Origin policy applied to every upstream address the cache connects
+    /// to, e.g. "deny non-public, allow 127.0.0.1:9000" [default: allow all].
+    #[arg(long, env = "VCDN_ORIGIN_POLICY")]
+    origin_policy: Option<String>,
     /// TOML file with any of these settings (flags win).
     #[arg(long, env = "VCDN_CONFIG")]
     config: Option<PathBuf>,
@@ -291,6 +295,9 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     }
     if a.admission_redirect.is_some() {
         c.admission_redirect = a.admission_redirect;
+    }
+    if let Some(v) = a.origin_policy {
+        c.origin_policy = v;
     }
     Ok(c)
 }
