@@ -12,7 +12,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use vcdn_http::serve::{bearer_matches, Handler, Request, Response};
+use vcdn_http::auth::{bearer_token, token_eq, Guard, ThrottleConfig};
+use vcdn_http::serve::{Handler, Request, Response};
 use vcdn_http::Method;
 
 use crate::control::{now_s, random_hex, Control, ControlError};
@@ -38,11 +39,14 @@ impl Caller {
 }
 
 pub fn handler(control: Arc<Control>) -> Handler {
+    // Failed authentications are throttled per source and logged.
+    let guard = Arc::new(Guard::new("vcdn", ThrottleConfig::default()));
     Arc::new(move |req| {
         let control = control.clone();
+        let guard = guard.clone();
         Box::pin(async move {
             control.metrics.api_requests.fetch_add(1, Ordering::Relaxed);
-            let r = route(&control, req).await;
+            let r = route(&control, &guard, req).await;
             if r.status >= 400 {
                 control.metrics.api_errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -83,42 +87,36 @@ pub fn key_hash(key: &str) -> String {
         .collect()
 }
 
-async fn caller(c: &Control, req: &Request) -> Result<Caller, Response> {
-    if bearer_matches(req, &c.cfg.operator_token) {
+/// Who sends the request: the operator token, else a customer key (kept as
+/// SHA-256). A source with too many failures gets 429 before any check.
+async fn caller(c: &Control, guard: &Guard, req: &Request) -> Result<Caller, Response> {
+    let ip = req.peer.ip();
+    if let Some(r) = guard.throttled(ip) {
+        return Err(r);
+    }
+    let token = bearer_token(req);
+    if token.is_some_and(|t| token_eq(t, c.cfg.operator_token.as_bytes())) {
         return Ok(Caller::Operator);
     }
-    let unauthorized = || {
-        Response::problem(401, "missing or unknown bearer token: send Authorization: Bearer <API key or operator token>")
-            .header("WWW-Authenticate", "Bearer realm=\"vcdn\"")
-    };
-    let Some(key) = req
-        .head
-        .headers
-        .get(b"authorization")
-        .and_then(|v| v.strip_prefix(b"Bearer "))
-    else {
-        return Err(unauthorized());
-    };
-    let hash = key_hash(&String::from_utf8_lossy(key));
-    let customers: Vec<Customer> = c
-        .store
-        .list("customer")
-        .await
-        .map_err(|e| problem(&e.into()))?;
-    // Hashes have a fixed length; compare all of each in constant time.
-    customers
-        .into_iter()
-        .find(|cu| {
-            cu.key_sha256.len() == hash.len()
-                && cu
-                    .key_sha256
-                    .bytes()
-                    .zip(hash.bytes())
-                    .fold(0u8, |a, (x, y)| a | (x ^ y))
-                    == 0
-        })
-        .map(|cu| Caller::Customer(cu.id))
-        .ok_or_else(unauthorized)
+    if let Some(key) = token {
+        let hash = key_hash(&String::from_utf8_lossy(key));
+        let customers: Vec<Customer> = c
+            .store
+            .list("customer")
+            .await
+            .map_err(|e| problem(&e.into()))?;
+        // Hashes have a fixed length; compare all of each in constant time.
+        if let Some(cu) = customers
+            .into_iter()
+            .find(|cu| token_eq(cu.key_sha256.as_bytes(), hash.as_bytes()))
+        {
+            return Ok(Caller::Customer(cu.id));
+        }
+    }
+    Err(guard.failed(
+        ip,
+        "missing or unknown bearer token: send Authorization: Bearer <API key or operator token>",
+    ))
 }
 
 fn operator_only(who: &Caller) -> Result<(), Response> {
@@ -137,7 +135,7 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|kv| kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
 }
 
-async fn route(c: &Control, req: Request) -> Response {
+async fn route(c: &Control, guard: &Guard, req: Request) -> Response {
     let pq = String::from_utf8_lossy(req.head.path_and_query()).into_owned();
     let (path, query) = pq.split_once('?').unwrap_or((pq.as_str(), ""));
     let m = req.head.method;
@@ -149,14 +147,14 @@ async fn route(c: &Control, req: Request) -> Response {
             );
         }
         (Method::Get | Method::Head, "/metrics") => {
-            return Response::new(200, "text/plain; version=0.0.4", metrics(c).await)
+            return Response::new(200, "text/plain; version=0.0.4", metrics(c, guard).await)
         }
         (Method::Get | Method::Head, "/v1/openapi.json") => {
             return Response::new(200, "application/json", OPENAPI)
         }
         _ => {}
     }
-    let who = match caller(c, &req).await {
+    let who = match caller(c, guard, &req).await {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -557,7 +555,7 @@ async fn delete_customer(c: &Control, who: &Caller, id: &str) -> Reply {
     }
 }
 
-async fn metrics(c: &Control) -> String {
+async fn metrics(c: &Control, guard: &Guard) -> String {
     let m = &c.metrics;
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let mut out = String::new();
@@ -607,6 +605,16 @@ async fn metrics(c: &Control) -> String {
             "vcdn_control_api_errors_total",
             "API requests answered with an error.",
             g(&m.api_errors),
+        ),
+        (
+            "vcdn_control_auth_failures_total",
+            "Requests with a missing or unknown bearer token (answered 401).",
+            guard.failures_total(),
+        ),
+        (
+            "vcdn_control_auth_throttled_total",
+            "Requests refused with 429 because their source failed authentication too often.",
+            guard.throttled_total(),
         ),
     ];
     for (name, help, v) in counters {

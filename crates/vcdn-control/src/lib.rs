@@ -66,11 +66,17 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     std::fs::create_dir_all(&o.data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", o.data_dir.display()))?;
     let operator_token = match &o.operator_token {
-        Some(t) if !t.is_empty() => t.clone(),
+        Some(t) if !t.is_empty() => {
+            vcdn_http::auth::check_token_strength("--operator-token", t)?;
+            t.clone()
+        }
         _ => {
             let f = o.data_dir.join("operator-token");
             match std::fs::read_to_string(&f) {
-                Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+                Ok(t) if !t.trim().is_empty() => {
+                    vcdn_http::auth::check_token_strength(&f.display().to_string(), t.trim())?;
+                    t.trim().to_string()
+                }
                 _ => {
                     let t = format!("op_{}", control::random_hex(16));
                     control::write_secret(&f, &t)

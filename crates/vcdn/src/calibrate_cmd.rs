@@ -70,7 +70,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             id: format!("calibrate-{}", std::process::id()),
             listen: free_addr()?,
             admin: free_addr()?,
-            admin_token: "calibrate".into(),
+            admin_token: vcdn_control::control::random_hex(16),
             upstream: format!("http://{origin}"),
             vcpus: 1,
             cpu_quota: a.cpus,
