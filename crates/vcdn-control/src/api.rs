@@ -60,15 +60,42 @@ fn json_response(status: u16, v: &Value) -> Response {
 }
 
 fn problem(e: &ControlError) -> Response {
+    if let ControlError::Fields(errors) = e {
+        return invalid_fields(errors);
+    }
     let status = match e {
         ControlError::NotFound(_) => 404,
         ControlError::Conflict(_) => 409,
-        ControlError::Invalid(_) => 422,
+        ControlError::Invalid(_) | ControlError::Fields(_) => 422,
         ControlError::Forbidden(_) => 403,
         ControlError::Deploy(_) => 502,
         ControlError::Store(_) => 500,
     };
     Response::problem(status, &e.to_string())
+}
+
+/// A 422 problem document (RFC 9457) whose `errors` member lists every
+/// bad field with what to fix; `detail` says it all in one line.
+fn invalid_fields(errors: &[FieldError]) -> Response {
+    let detail = match errors {
+        [one] => format!("{}: {}", one.field, one.detail),
+        many => format!(
+            "{} fields need fixing: {}",
+            many.len(),
+            many.iter()
+                .map(|e| format!("{}: {}", e.field, e.detail))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    };
+    let doc = json!({
+        "type": "about:blank",
+        "title": vcdn_http::reason(422),
+        "status": 422,
+        "detail": detail,
+        "errors": errors,
+    });
+    Response::new(422, "application/problem+json", format!("{doc}\n"))
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
@@ -189,6 +216,26 @@ async fn route(c: &Control, guard: &Guard, req: Request) -> Response {
         (Method::Post, ["v1", "customers"]) => create_customer(c, &who, &req.body).await,
         (Method::Delete, ["v1", "customers", id]) => delete_customer(c, &who, id).await,
         (Method::Post, ["v1", "customers", id, "key"]) => rotate_key(c, &who, id).await,
+        (Method::Get, ["v1", "customers", id, "settings"]) => match operator_only(&who) {
+            Ok(()) => c
+                .customer_settings(id)
+                .await
+                .map(|s| json_response(200, &json!(s)))
+                .map_err(|e| problem(&e)),
+            Err(r) => Err(r),
+        },
+        (Method::Put, ["v1", "customers", id, "settings"]) => {
+            put_customer_settings(c, &who, id, &req.body).await
+        }
+        (Method::Get, ["v1", "settings"]) => match operator_only(&who) {
+            Ok(()) => c
+                .settings()
+                .await
+                .map(|s| json_response(200, &json!(s)))
+                .map_err(|e| problem(&e)),
+            Err(r) => Err(r),
+        },
+        (Method::Put, ["v1", "settings"]) => put_settings(c, &who, &req.body).await,
         (Method::Get, ["v1", "services"]) => {
             let list: Vec<Value> = c
                 .list_services(who.customer())
@@ -438,6 +485,20 @@ async fn put_flavor(c: &Control, who: &Caller, name: &str, body: &[u8]) -> Reply
     if t.vcpus_per_instance == 0 || t.min_instances == 0 || t.max_instances < t.min_instances {
         return Err(Response::problem(422, "template: vcpus_per_instance and min_instances must be at least 1, max_instances at least min_instances"));
     }
+    let mut errors = crate::settings::check_origin_allow("origin_allow", &f.origin_allow);
+    let p = &f.pricing;
+    for (field, v) in [
+        ("pricing.per_vcpu_hour", p.per_vcpu_hour),
+        ("pricing.per_gb", p.per_gb),
+        ("pricing.per_million_requests", p.per_million_requests),
+    ] {
+        if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+            errors.push(FieldError::new(field, "give a price from 0 to 1000000"));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(invalid_fields(&errors));
+    }
     c.store
         .put("flavor", name, &f)
         .await
@@ -471,6 +532,22 @@ async fn delete_doc(c: &Control, who: &Caller, kind: &str, name: &str) -> Reply 
     }
 }
 
+async fn put_settings(c: &Control, who: &Caller, body: &[u8]) -> Reply {
+    operator_only(who)?;
+    let s: crate::settings::Settings = parse(body)?;
+    c.put_settings(&s).await.map_err(|e| problem(&e))?;
+    Ok(json_response(200, &json!(s)))
+}
+
+async fn put_customer_settings(c: &Control, who: &Caller, id: &str, body: &[u8]) -> Reply {
+    operator_only(who)?;
+    let s: crate::settings::CustomerSettings = parse(body)?;
+    c.put_customer_settings(id, s.clone())
+        .await
+        .map_err(|e| problem(&e))?;
+    Ok(json_response(200, &json!(s)))
+}
+
 async fn list_customers(c: &Control, who: &Caller) -> Reply {
     operator_only(who)?;
     let mut list: Vec<Customer> = c
@@ -490,13 +567,21 @@ async fn create_customer(c: &Control, who: &Caller, body: &[u8]) -> Reply {
     #[serde(deny_unknown_fields)]
     struct New {
         name: String,
+        #[serde(default)]
+        origin_allow: Vec<String>,
+        #[serde(default)]
+        quota: Option<crate::settings::Quota>,
     }
     let n: New = parse(body)?;
+    let mut errors = crate::settings::check_origin_allow("origin_allow", &n.origin_allow);
     if n.name.trim().is_empty() || n.name.len() > 200 {
-        return Err(Response::problem(
-            422,
-            "name: give the customer's name (1-200 characters)",
+        errors.push(FieldError::new(
+            "name",
+            "give the customer's name (1-200 characters)",
         ));
+    }
+    if !errors.is_empty() {
+        return Err(invalid_fields(&errors));
     }
     let key = format!("vk_{}", random_hex(20));
     let cu = Customer {
@@ -504,6 +589,8 @@ async fn create_customer(c: &Control, who: &Caller, body: &[u8]) -> Reply {
         name: n.name,
         created_at: now_s(),
         key_sha256: key_hash(&key),
+        origin_allow: n.origin_allow,
+        quota: n.quota,
     };
     c.store
         .put("customer", &cu.id, &cu)

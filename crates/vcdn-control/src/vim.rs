@@ -19,6 +19,9 @@ pub struct InstanceSpec {
     pub admin: SocketAddr,
     pub admin_token: String,
     pub upstream: String,
+    /// The service's origin policy (text form) the cache enforces at every
+    /// upstream connect; empty for none.
+    pub origin_policy: String,
     pub vcpus: u32,
     /// CPU time the quota allows, in CPUs (normally `vcpus`; a fraction
     /// for calibration runs).

@@ -72,6 +72,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             admin: free_addr()?,
             admin_token: vcdn_control::control::random_hex(16),
             upstream: format!("http://{origin}"),
+            origin_policy: String::new(),
             vcpus: 1,
             cpu_quota: a.cpus,
             memory_mib: 2048,

@@ -1245,11 +1245,15 @@ async fn orders_with_bad_numbers_names_or_leases_are_refused_saying_what_to_fix(
     let later = now_s() + 3600;
     // Scheduled an hour ahead: nothing starts, the checks are the same.
     let good = json!({"name": "ok", "origin": up.origin_url(), "hostname": "ok.example", "flavor": "elastic",
-        "regions": [{"region": "paris", "peak_users": 10}], "lease": {"start": later, "duration_s": 3600}});
+        "regions": [{"region": "paris", "peak_users": 10}], "quality": {}, "lease": {"start": later, "duration_s": 3600}});
     let cases: Vec<(&str, Value, &str)> = vec![
         ("/lease/start", json!(1u64 << 62), "lease.start"),
         ("/lease/duration_s", json!(u64::MAX), "lease.duration_s"),
-        ("/lease/end", json!(u64::MAX), "lease.end"),
+        (
+            "/lease",
+            json!({"start": later, "end": u64::MAX}),
+            "lease.end",
+        ),
         (
             "/regions/0/bitrate_kbps",
             json!(-2000.0),
@@ -1287,9 +1291,8 @@ async fn orders_with_bad_numbers_names_or_leases_are_refused_saying_what_to_fix(
     ];
     for (pointer, value, field) in cases {
         let mut spec = good.clone();
-        *spec
-            .pointer_mut(pointer)
-            .unwrap_or_else(|| panic!("{pointer}")) = value.clone();
+        let (parent, member) = pointer.rsplit_once('/').unwrap();
+        spec.pointer_mut(parent).unwrap()[member] = value.clone();
         let (st, p, ct) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
         assert_eq!(
             (st, ct.as_str()),
