@@ -501,6 +501,8 @@ async fn the_api_keeps_customers_apart_and_explains_errors() {
         "/v1/catalog",
         "/v1/hosts",
         "/v1/customers",
+        "/v1/settings",
+        "/v1/customers/{id}/settings",
     ] {
         assert!(
             doc["paths"].get(p).is_some(),
