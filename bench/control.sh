@@ -17,7 +17,7 @@ RUNS=${RUNS:-20}
 BASE_PORT=${BASE_PORT:-18700}
 VCDN_BIN=${VCDN_BIN:-$ROOT/target/release/vcdn}
 OUT=${OUT:-$ROOT/bench/results/control-latest.md}
-TOKEN=bench-operator
+TOKEN=bench-operator-0123456789abcdef012345
 API=127.0.0.1:$BASE_PORT
 INSTANCE_PORT=$((BASE_PORT + 10))
 

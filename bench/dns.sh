@@ -150,11 +150,11 @@ main() {
   taskset -c "$CLIENT_CPU" "$VCDN_BIN" origin --listen "127.0.0.1:$ORIGIN_PORT" >"$TMP/origin.log" 2>&1 &
   STARTED+=($!)
   taskset -c "$CLIENT_CPU" "$VCDN_BIN" cache --listen "127.0.0.1:$CACHE_PORT" --admin "127.0.0.1:$CACHE_ADMIN" \
-    --admin-token bench --upstream "http://127.0.0.1:$ORIGIN_PORT" --threads 1 >"$TMP/cache.log" 2>&1 &
+    --admin-token bench-admin-token-0123456789abcdef0123 --upstream "http://127.0.0.1:$ORIGIN_PORT" --threads 1 >"$TMP/cache.log" 2>&1 &
   STARTED+=($!)
   VCDN_LOG=warn taskset -c "$SERVER_CPU" "$VCDN_BIN" router --config "$TMP/router.toml" \
     --dns "127.0.0.1:$VCDN_DNS" --http "127.0.0.1:$ROUTER_HTTP" --admin "127.0.0.1:$ROUTER_ADMIN" \
-    --admin-token bench --dns-threads 1 >"$TMP/router.log" 2>&1 &
+    --admin-token bench-admin-token-0123456789abcdef0123 --dns-threads 1 >"$TMP/router.log" 2>&1 &
   local router=$!
   STARTED+=("$router")
   taskset -c "$SERVER_CPU" knotd -c "$TMP/knot/knot.conf" >"$TMP/knot.log" 2>&1 &

@@ -171,7 +171,7 @@ warm_100() {
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 admin_args=()
-[[ $ADMIN == 1 ]] && admin_args=(--admin "127.0.0.1:$ADMIN_PORT" --admin-token footprint-token)
+[[ $ADMIN == 1 ]] && admin_args=(--admin "127.0.0.1:$ADMIN_PORT" --admin-token footprint-token-0123456789abcdef0123)
 
 # Long-lived origin (CPU 1) for the cache measurements.
 taskset -c 1 "$VCDN_BIN" origin --listen "127.0.0.1:$ORIGIN_PORT" >"$TMP/origin-bg.log" 2>&1 &

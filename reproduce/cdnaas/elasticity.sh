@@ -64,7 +64,7 @@ fi
 DNS=127.0.0.1:$((PORT + 1))
 "$V" up --demo --data-dir "$TMP/data" --api "$API" --dns "$DNS" --http "127.0.0.1:$((PORT + 2))" \
   --router-admin "127.0.0.1:$((PORT + 3))" --demo-origin "127.0.0.1:$((PORT + 4))" --instance-port "$IPORT" \
-  --instance-admin-port "$((PORT + 61))" --operator-token op --vcpu-share "$SHARE" \
+  --instance-admin-port "$((PORT + 61))" --operator-token elasticity-operator-token-0123456789ab --vcpu-share "$SHARE" \
   --capacity-model "$TMP/capacity.toml" >"$TMP/up.log" 2>&1 &
 UP=$!
 for _ in $(seq 200); do grep -q "Order a first vCDN" "$TMP/up.log" && break; sleep 0.05; done
@@ -125,7 +125,7 @@ ramp elastic elastic "$TMP"
 if [[ ${BASELINE:-1} == 1 ]]; then
   # The same ramp without elasticity: one fixed instance of one vCPU, the
   # size the planner gave the elastic service for the first step.
-  curl -sf -X PUT -H "Authorization: Bearer op" -H 'Content-Type: application/json' "http://$API/v1/flavors/fixed" \
+  curl -sf -X PUT -H "Authorization: Bearer elasticity-operator-token-0123456789ab" -H 'Content-Type: application/json' "http://$API/v1/flavors/fixed" \
     -d '{"name":"fixed","kind":"static","description":"one fixed 1-vCPU cache per region (elasticity baseline)",
          "template":{"min_instances":1,"max_instances":1,"vcpus_per_instance":1,"memory_mib_per_instance":256},
          "pricing":{"scheme":"flat_rate","currency":"EUR","per_vcpu_hour":0.05}}' >/dev/null

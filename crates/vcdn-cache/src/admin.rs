@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use vcdn_http::auth::{Guard, ThrottleConfig};
 use vcdn_http::date;
 use vcdn_http::serve::{Handler, Request, Response};
 use vcdn_http::Method;
@@ -16,13 +17,16 @@ use crate::metrics::CacheStatus;
 use crate::proxy::Cache;
 
 pub fn handler(cache: Arc<Cache>) -> Handler {
+    // Failed authentications are throttled per source and logged.
+    let guard = Arc::new(Guard::new("vcdn-cache", ThrottleConfig::default()));
     Arc::new(move |req| {
         let cache = cache.clone();
-        Box::pin(async move { route(&cache, req).await })
+        let guard = guard.clone();
+        Box::pin(async move { route(&cache, &guard, req).await })
     })
 }
 
-async fn route(cache: &Arc<Cache>, req: Request) -> Response {
+async fn route(cache: &Arc<Cache>, guard: &Guard, req: Request) -> Response {
     let path = String::from_utf8_lossy(req.head.path()).into_owned();
     let query = query_of(&req);
     let m = req.head.method;
@@ -30,8 +34,8 @@ async fn route(cache: &Arc<Cache>, req: Request) -> Response {
         (Method::Get | Method::Head, "/healthz") => health(cache),
         (Method::Get | Method::Head, "/metrics") => metrics(cache),
         _ => {
-            if let Err(r) = authorize(cache, &req) {
-                return *r;
+            if let Err(r) = guard.authorize(&req, cache.cfg.admin_token.as_deref().unwrap_or("")) {
+                return r;
             }
             match (m, path.as_str()) {
                 (Method::Get, "/stats") => json_ok(stats(cache)),
@@ -87,22 +91,6 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-fn authorize(cache: &Cache, req: &Request) -> Result<(), Box<Response>> {
-    let same =
-        vcdn_http::serve::bearer_matches(req, cache.cfg.admin_token.as_deref().unwrap_or(""));
-    if same {
-        Ok(())
-    } else {
-        Err(Box::new(
-            Response::problem(
-                401,
-                "missing or wrong bearer token: send Authorization: Bearer <admin token>",
-            )
-            .header("WWW-Authenticate", "Bearer realm=\"vcdn-cache\""),
-        ))
-    }
 }
 
 fn json_ok(v: Value) -> Response {

@@ -157,6 +157,10 @@ impl CacheConfig {
         if self.admin.is_some() && self.admin_token.as_deref().unwrap_or("").is_empty() {
             return bad("--admin needs --admin-token: the control API is always protected");
         }
+        if let Some(t) = self.admin_token.as_deref().filter(|t| !t.is_empty()) {
+            vcdn_http::auth::check_token_strength("--admin-token", t)
+                .map_err(ConfigError::Invalid)?;
+        }
         if self.memory < 64 * 1024 {
             return bad("--memory must be at least 64 KiB");
         }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use vcdn_http::serve::{bearer_matches, Handler, Request, Response};
+use vcdn_http::auth::{bearer_token, token_eq, Guard, ThrottleConfig};
+use vcdn_http::serve::{Handler, Request, Response};
 use vcdn_http::Method;
 
 use crate::control::{now_s, random_hex, Control, ControlError};
@@ -38,11 +39,14 @@ impl Caller {
 }
 
 pub fn handler(control: Arc<Control>) -> Handler {
+    // Failed authentications are throttled per source and logged.
+    let guard = Arc::new(Guard::new("vcdn", ThrottleConfig::default()));
     Arc::new(move |req| {
         let control = control.clone();
+        let guard = guard.clone();
         Box::pin(async move {
             control.metrics.api_requests.fetch_add(1, Ordering::Relaxed);
-            let r = route(&control, req).await;
+            let r = route(&control, &guard, req).await;
             if r.status >= 400 {
                 control.metrics.api_errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -56,15 +60,42 @@ fn json_response(status: u16, v: &Value) -> Response {
 }
 
 fn problem(e: &ControlError) -> Response {
+    if let ControlError::Fields(errors) = e {
+        return invalid_fields(errors);
+    }
     let status = match e {
         ControlError::NotFound(_) => 404,
         ControlError::Conflict(_) => 409,
-        ControlError::Invalid(_) => 422,
+        ControlError::Invalid(_) | ControlError::Fields(_) => 422,
         ControlError::Forbidden(_) => 403,
         ControlError::Deploy(_) => 502,
         ControlError::Store(_) => 500,
     };
     Response::problem(status, &e.to_string())
+}
+
+/// A 422 problem document (RFC 9457) whose `errors` member lists every
+/// bad field with what to fix; `detail` says it all in one line.
+fn invalid_fields(errors: &[FieldError]) -> Response {
+    let detail = match errors {
+        [one] => format!("{}: {}", one.field, one.detail),
+        many => format!(
+            "{} fields need fixing: {}",
+            many.len(),
+            many.iter()
+                .map(|e| format!("{}: {}", e.field, e.detail))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    };
+    let doc = json!({
+        "type": "about:blank",
+        "title": vcdn_http::reason(422),
+        "status": 422,
+        "detail": detail,
+        "errors": errors,
+    });
+    Response::new(422, "application/problem+json", format!("{doc}\n"))
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
@@ -83,42 +114,36 @@ pub fn key_hash(key: &str) -> String {
         .collect()
 }
 
-async fn caller(c: &Control, req: &Request) -> Result<Caller, Response> {
-    if bearer_matches(req, &c.cfg.operator_token) {
+/// Who sends the request: the operator token, else a customer key (kept as
+/// SHA-256). A source with too many failures gets 429 before any check.
+async fn caller(c: &Control, guard: &Guard, req: &Request) -> Result<Caller, Response> {
+    let ip = req.peer.ip();
+    if let Some(r) = guard.throttled(ip) {
+        return Err(r);
+    }
+    let token = bearer_token(req);
+    if token.is_some_and(|t| token_eq(t, c.cfg.operator_token.as_bytes())) {
         return Ok(Caller::Operator);
     }
-    let unauthorized = || {
-        Response::problem(401, "missing or unknown bearer token: send Authorization: Bearer <API key or operator token>")
-            .header("WWW-Authenticate", "Bearer realm=\"vcdn\"")
-    };
-    let Some(key) = req
-        .head
-        .headers
-        .get(b"authorization")
-        .and_then(|v| v.strip_prefix(b"Bearer "))
-    else {
-        return Err(unauthorized());
-    };
-    let hash = key_hash(&String::from_utf8_lossy(key));
-    let customers: Vec<Customer> = c
-        .store
-        .list("customer")
-        .await
-        .map_err(|e| problem(&e.into()))?;
-    // Hashes have a fixed length; compare all of each in constant time.
-    customers
-        .into_iter()
-        .find(|cu| {
-            cu.key_sha256.len() == hash.len()
-                && cu
-                    .key_sha256
-                    .bytes()
-                    .zip(hash.bytes())
-                    .fold(0u8, |a, (x, y)| a | (x ^ y))
-                    == 0
-        })
-        .map(|cu| Caller::Customer(cu.id))
-        .ok_or_else(unauthorized)
+    if let Some(key) = token {
+        let hash = key_hash(&String::from_utf8_lossy(key));
+        let customers: Vec<Customer> = c
+            .store
+            .list("customer")
+            .await
+            .map_err(|e| problem(&e.into()))?;
+        // Hashes have a fixed length; compare all of each in constant time.
+        if let Some(cu) = customers
+            .into_iter()
+            .find(|cu| token_eq(cu.key_sha256.as_bytes(), hash.as_bytes()))
+        {
+            return Ok(Caller::Customer(cu.id));
+        }
+    }
+    Err(guard.failed(
+        ip,
+        "missing or unknown bearer token: send Authorization: Bearer <API key or operator token>",
+    ))
 }
 
 fn operator_only(who: &Caller) -> Result<(), Response> {
@@ -137,7 +162,7 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|kv| kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
 }
 
-async fn route(c: &Control, req: Request) -> Response {
+async fn route(c: &Control, guard: &Guard, req: Request) -> Response {
     let pq = String::from_utf8_lossy(req.head.path_and_query()).into_owned();
     let (path, query) = pq.split_once('?').unwrap_or((pq.as_str(), ""));
     let m = req.head.method;
@@ -149,14 +174,14 @@ async fn route(c: &Control, req: Request) -> Response {
             );
         }
         (Method::Get | Method::Head, "/metrics") => {
-            return Response::new(200, "text/plain; version=0.0.4", metrics(c).await)
+            return Response::new(200, "text/plain; version=0.0.4", metrics(c, guard).await)
         }
         (Method::Get | Method::Head, "/v1/openapi.json") => {
             return Response::new(200, "application/json", OPENAPI)
         }
         _ => {}
     }
-    let who = match caller(c, &req).await {
+    let who = match caller(c, guard, &req).await {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -191,6 +216,26 @@ async fn route(c: &Control, req: Request) -> Response {
         (Method::Post, ["v1", "customers"]) => create_customer(c, &who, &req.body).await,
         (Method::Delete, ["v1", "customers", id]) => delete_customer(c, &who, id).await,
         (Method::Post, ["v1", "customers", id, "key"]) => rotate_key(c, &who, id).await,
+        (Method::Get, ["v1", "customers", id, "settings"]) => match operator_only(&who) {
+            Ok(()) => c
+                .customer_settings(id)
+                .await
+                .map(|s| json_response(200, &json!(s)))
+                .map_err(|e| problem(&e)),
+            Err(r) => Err(r),
+        },
+        (Method::Put, ["v1", "customers", id, "settings"]) => {
+            put_customer_settings(c, &who, id, &req.body).await
+        }
+        (Method::Get, ["v1", "settings"]) => match operator_only(&who) {
+            Ok(()) => c
+                .settings()
+                .await
+                .map(|s| json_response(200, &json!(s)))
+                .map_err(|e| problem(&e)),
+            Err(r) => Err(r),
+        },
+        (Method::Put, ["v1", "settings"]) => put_settings(c, &who, &req.body).await,
         (Method::Get, ["v1", "services"]) => {
             let list: Vec<Value> = c
                 .list_services(who.customer())
@@ -440,6 +485,20 @@ async fn put_flavor(c: &Control, who: &Caller, name: &str, body: &[u8]) -> Reply
     if t.vcpus_per_instance == 0 || t.min_instances == 0 || t.max_instances < t.min_instances {
         return Err(Response::problem(422, "template: vcpus_per_instance and min_instances must be at least 1, max_instances at least min_instances"));
     }
+    let mut errors = crate::settings::check_origin_allow("origin_allow", &f.origin_allow);
+    let p = &f.pricing;
+    for (field, v) in [
+        ("pricing.per_vcpu_hour", p.per_vcpu_hour),
+        ("pricing.per_gb", p.per_gb),
+        ("pricing.per_million_requests", p.per_million_requests),
+    ] {
+        if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+            errors.push(FieldError::new(field, "give a price from 0 to 1000000"));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(invalid_fields(&errors));
+    }
     c.store
         .put("flavor", name, &f)
         .await
@@ -473,6 +532,22 @@ async fn delete_doc(c: &Control, who: &Caller, kind: &str, name: &str) -> Reply 
     }
 }
 
+async fn put_settings(c: &Control, who: &Caller, body: &[u8]) -> Reply {
+    operator_only(who)?;
+    let s: crate::settings::Settings = parse(body)?;
+    c.put_settings(&s).await.map_err(|e| problem(&e))?;
+    Ok(json_response(200, &json!(s)))
+}
+
+async fn put_customer_settings(c: &Control, who: &Caller, id: &str, body: &[u8]) -> Reply {
+    operator_only(who)?;
+    let s: crate::settings::CustomerSettings = parse(body)?;
+    c.put_customer_settings(id, s.clone())
+        .await
+        .map_err(|e| problem(&e))?;
+    Ok(json_response(200, &json!(s)))
+}
+
 async fn list_customers(c: &Control, who: &Caller) -> Reply {
     operator_only(who)?;
     let mut list: Vec<Customer> = c
@@ -492,13 +567,21 @@ async fn create_customer(c: &Control, who: &Caller, body: &[u8]) -> Reply {
     #[serde(deny_unknown_fields)]
     struct New {
         name: String,
+        #[serde(default)]
+        origin_allow: Vec<String>,
+        #[serde(default)]
+        quota: Option<crate::settings::Quota>,
     }
     let n: New = parse(body)?;
+    let mut errors = crate::settings::check_origin_allow("origin_allow", &n.origin_allow);
     if n.name.trim().is_empty() || n.name.len() > 200 {
-        return Err(Response::problem(
-            422,
-            "name: give the customer's name (1-200 characters)",
+        errors.push(FieldError::new(
+            "name",
+            "give the customer's name (1-200 characters)",
         ));
+    }
+    if !errors.is_empty() {
+        return Err(invalid_fields(&errors));
     }
     let key = format!("vk_{}", random_hex(20));
     let cu = Customer {
@@ -506,6 +589,8 @@ async fn create_customer(c: &Control, who: &Caller, body: &[u8]) -> Reply {
         name: n.name,
         created_at: now_s(),
         key_sha256: key_hash(&key),
+        origin_allow: n.origin_allow,
+        quota: n.quota,
     };
     c.store
         .put("customer", &cu.id, &cu)
@@ -557,7 +642,7 @@ async fn delete_customer(c: &Control, who: &Caller, id: &str) -> Reply {
     }
 }
 
-async fn metrics(c: &Control) -> String {
+async fn metrics(c: &Control, guard: &Guard) -> String {
     let m = &c.metrics;
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let mut out = String::new();
@@ -607,6 +692,16 @@ async fn metrics(c: &Control) -> String {
             "vcdn_control_api_errors_total",
             "API requests answered with an error.",
             g(&m.api_errors),
+        ),
+        (
+            "vcdn_control_auth_failures_total",
+            "Requests with a missing or unknown bearer token (answered 401).",
+            guard.failures_total(),
+        ),
+        (
+            "vcdn_control_auth_throttled_total",
+            "Requests refused with 429 because their source failed authentication too often.",
+            guard.throttled_total(),
         ),
     ];
     for (name, help, v) in counters {

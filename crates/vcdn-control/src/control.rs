@@ -44,6 +44,9 @@ pub struct ControlConfig {
     /// Supervisor period: crash checks every tick, load every 10 ticks.
     pub tick: Duration,
     pub autoscaler: Autoscaler,
+    /// The platform's own listeners (control API, router) and what each
+    /// is: no origin may point at them.
+    pub platform_listeners: Vec<(SocketAddr, String)>,
 }
 
 /// An operation's failure, mapped to an HTTP status by the API.
@@ -55,6 +58,9 @@ pub enum ControlError {
     Conflict(String),
     #[error("{0}")]
     Invalid(String),
+    /// Fields of a request that are wrong, each with what to fix (422).
+    #[error("{}", .0.iter().map(|e| format!("{}: {}", e.field, e.detail)).collect::<Vec<_>>().join("; "))]
+    Fields(Vec<FieldError>),
     #[error("{0}")]
     Forbidden(String),
     #[error("deployment failed: {0}")]
@@ -159,45 +165,6 @@ pub fn random_hex(bytes: usize) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn valid_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn validate_spec(spec: &ServiceSpec) -> Result<(), ControlError> {
-    let bad = |m: String| Err(ControlError::Invalid(m));
-    if !valid_label(&spec.name) {
-        return bad(format!(
-            "name {:?}: use 1-63 lowercase letters, digits and inner hyphens",
-            spec.name
-        ));
-    }
-    let host = spec.hostname.trim_end_matches('.');
-    if host.len() > 253
-        || host.split('.').count() < 2
-        || !host
-            .split('.')
-            .all(|l| valid_label(&l.to_ascii_lowercase()))
-    {
-        return bad(format!(
-            "hostname {:?} is not a valid DNS name like video.example.com",
-            spec.hostname
-        ));
-    }
-    let Some(rest) = spec.origin.strip_prefix("http://") else {
-        return bad(format!("origin {:?}: give http://host:port", spec.origin));
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    if authority.is_empty() || authority.contains('@') {
-        return bad(format!("origin {:?}: give http://host:port", spec.origin));
-    }
-    Ok(())
-}
-
 impl Control {
     pub async fn open(
         cfg: ControlConfig,
@@ -268,6 +235,7 @@ impl Control {
             admin: parse(&i.admin)?,
             admin_token: self.instance_token.clone(),
             upstream: s.spec.origin.clone(),
+            origin_policy: s.origin_policy.clone(),
             vcpus: i.vcpus,
             cpu_quota: i.vcpus as f64 * self.cfg.vcpu_share,
             memory_mib: i.memory_mib,
@@ -388,25 +356,15 @@ impl Control {
     /// Orders a vCDN: validate, plan, reserve, deploy (now, or when the
     /// lease starts), and wire the router.
     pub async fn create(&self, customer: &str, spec: ServiceSpec) -> Result<Service, ControlError> {
-        validate_spec(&spec)?;
         let t0 = Instant::now();
         let now = now_s();
-        let start = spec.lease.start.unwrap_or(now).max(now);
-        let end = match (spec.lease.end, spec.lease.duration_s) {
-            (Some(_), Some(_)) => {
-                return Err(ControlError::Invalid(
-                    "lease: give end or duration_s, not both".into(),
-                ))
-            }
-            (Some(e), None) => e,
-            (None, Some(d)) => start.saturating_add(d),
-            (None, None) => start + 24 * 3600,
-        };
-        if end <= start {
-            return Err(ControlError::Invalid(format!(
-                "lease ends ({end}) before it starts ({start})"
-            )));
-        }
+        let crate::order::Admitted {
+            spec,
+            start,
+            end,
+            origin_policy,
+            quota,
+        } = self.admit(customer, spec, now).await?;
         let flavors = self.flavors().await?;
         let Some(flavor) = flavors.iter().find(|f| f.name == spec.flavor) else {
             let names: Vec<&str> = flavors.iter().map(|f| f.name.as_str()).collect();
@@ -466,6 +424,7 @@ impl Control {
             .flat_map(|r| &r.instances)
             .map(|i| i.vcpus)
             .sum();
+        crate::order::check_quota(&quota, customer, services.values(), planned_vcpus)?;
         let mut s = Service {
             id: format!("s-{}", random_hex(6)),
             customer: customer.to_string(),
@@ -482,6 +441,7 @@ impl Control {
             usage: Usage::default(),
             pricing: flavor.pricing.clone(),
             planned_vcpus,
+            origin_policy,
             error: None,
         };
         let summary = s

@@ -1,8 +1,10 @@
 //! The embedded defaults (`defaults.toml`): regions, hosts and flavors a
-//! fresh data directory starts with.
+//! fresh data directory starts with, and the operator's settings until the
+//! operator changes them.
 
 use serde::Deserialize;
 
+use crate::settings::Settings;
 use crate::types::{Flavor, Host, Region};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -11,6 +13,7 @@ pub struct Defaults {
     pub regions: Vec<Region>,
     pub hosts: Vec<Host>,
     pub flavors: Vec<Flavor>,
+    pub settings: Settings,
 }
 
 impl Defaults {

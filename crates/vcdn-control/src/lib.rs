@@ -14,11 +14,15 @@ pub mod api;
 pub mod control;
 pub mod defaults;
 pub mod deployer;
+pub mod order;
+pub mod origin;
 pub mod planner;
 pub mod pricing;
+pub mod settings;
 pub mod store;
 pub mod supervisor;
 pub mod types;
+pub mod validate;
 pub mod vim;
 
 use std::net::SocketAddr;
@@ -66,11 +70,17 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     std::fs::create_dir_all(&o.data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", o.data_dir.display()))?;
     let operator_token = match &o.operator_token {
-        Some(t) if !t.is_empty() => t.clone(),
+        Some(t) if !t.is_empty() => {
+            vcdn_http::auth::check_token_strength("--operator-token", t)?;
+            t.clone()
+        }
         _ => {
             let f = o.data_dir.join("operator-token");
             match std::fs::read_to_string(&f) {
-                Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+                Ok(t) if !t.trim().is_empty() => {
+                    vcdn_http::auth::check_token_strength(&f.display().to_string(), t.trim())?;
+                    t.trim().to_string()
+                }
                 _ => {
                     let t = format!("op_{}", control::random_hex(16));
                     control::write_secret(&f, &t)
@@ -127,6 +137,18 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     )
     .await?;
     let router_admin = l.admin.ok_or("router admin did not start")?;
+    // Bound before the control plane opens, so that its address is among
+    // the platform's own, which no origin may name.
+    let listener = tokio::net::TcpListener::bind(o.api)
+        .await
+        .map_err(|e| format!("cannot listen for the API on {}: {e}", o.api))?;
+    let api = listener.local_addr().map_err(|e| e.to_string())?;
+    let mut platform_listeners = vec![
+        (api, "the control API".to_string()),
+        (router_admin, "the router's admin API".to_string()),
+    ];
+    platform_listeners.extend(l.dns.map(|a| (a, "the router's DNS".to_string())));
+    platform_listeners.extend(l.http.map(|a| (a, "the router's HTTP routing".to_string())));
     let vim = vim::LocalVim::new(o.cache_binary.clone(), &o.data_dir)
         .map_err(|e| format!("cannot start the local VIM: {e}"))?;
     let cfg = ControlConfig {
@@ -144,16 +166,13 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         vcpu_share: o.vcpu_share,
         tick: Duration::from_millis(100),
         autoscaler: Default::default(),
+        platform_listeners,
     };
     let control = Control::open(cfg, store, Arc::new(vim))
         .await
         .map_err(|e| e.to_string())?;
     control.reconcile().await;
     tokio::spawn(supervisor::run(control.clone()));
-    let listener = tokio::net::TcpListener::bind(o.api)
-        .await
-        .map_err(|e| format!("cannot listen for the API on {}: {e}", o.api))?;
-    let api = listener.local_addr().map_err(|e| e.to_string())?;
     tokio::spawn(vcdn_http::serve::serve(
         listener,
         vcdn_http::serve::ServeConfig::default(),

@@ -39,13 +39,31 @@ pub fn bill(s: &Service, now: u64) -> Bill {
                 + s.usage.requests as f64 / 1e6 * p.per_million_requests
         }
     };
-    let round = |x: f64| (x * 1e6).round() / 1e6;
+    // Whatever the inputs (a stored service, a flavor's prices), a bill is
+    // a finite, non-negative amount: an overflow saturates, it never wraps
+    // or becomes infinite (JSON has no infinity).
+    let finite = |x: f64| {
+        if x.is_nan() || x <= 0.0 {
+            0.0
+        } else {
+            x.min(f64::MAX)
+        }
+    };
+    let round = |x: f64| {
+        let x = finite(x);
+        if x < 1e15 {
+            (x * 1e6).round() / 1e6
+        } else {
+            x
+        }
+    };
+    let (base, extra) = (finite(base), finite(extra));
     Bill {
         scheme: p.scheme,
         currency: p.currency.clone(),
         base: round(base),
         extra: round(extra),
-        total: round(base + extra),
+        total: round(finite(base + extra)),
         vcpu_hours: round(used_h),
         requests: s.usage.requests,
         bytes: s.usage.bytes,
@@ -88,6 +106,7 @@ mod tests {
                 per_million_requests: 0.002,
             },
             planned_vcpus: 2,
+            origin_policy: String::new(),
             error: None,
         }
     }
@@ -109,5 +128,28 @@ mod tests {
             b.extra
         );
         assert_eq!(b.vcpu_hours, 3.0);
+    }
+
+    #[test]
+    fn bills_stay_finite_whatever_the_lease_usage_and_prices() {
+        for scheme in [PricingScheme::FlatRate, PricingScheme::OnDemand] {
+            let mut s = service(scheme);
+            s.lease_start = 0;
+            s.lease_end = u64::MAX;
+            s.planned_vcpus = u32::MAX;
+            s.pricing.per_vcpu_hour = f64::MAX;
+            s.pricing.per_gb = f64::MAX;
+            s.usage.vcpu_seconds = f64::MAX;
+            s.usage.bytes = u64::MAX;
+            for now in [0, u64::MAX / 2, u64::MAX] {
+                let b = bill(&s, now);
+                for x in [b.base, b.extra, b.total, b.vcpu_hours] {
+                    assert!(x.is_finite() && x >= 0.0, "{b:?}");
+                }
+            }
+            s.usage.vcpu_seconds = f64::NAN;
+            let b = bill(&s, 10);
+            assert!(b.total.is_finite() && b.vcpu_hours.is_finite(), "{b:?}");
+        }
     }
 }

@@ -59,6 +59,11 @@ pub struct Flavor {
     pub description: String,
     pub template: Template,
     pub pricing: Pricing,
+    /// Origin addresses every service of this flavor may use although the
+    /// operator's origin policy denies them (rules like `127.0.0.1:9000` or
+    /// `10.1.0.0/16`; never the platform's own addresses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub origin_allow: Vec<String>,
 }
 
 /// The service instance template (the paper's SIDR entry).
@@ -114,6 +119,31 @@ pub struct Customer {
     /// SHA-256 of the API key, hex (the key itself is shown once).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub key_sha256: String,
+    /// Origin addresses this customer may use although the operator's
+    /// origin policy denies them (set by the operator).
+    #[serde(default)]
+    pub origin_allow: Vec<String>,
+    /// This customer's quota; `None`: the operator's default.
+    #[serde(default)]
+    pub quota: Option<crate::settings::Quota>,
+}
+
+/// One bad field of a request: where, and what to fix. Sent in the
+/// `errors` member of a 422 problem document.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FieldError {
+    /// The field, as `regions[0].bitrate_kbps`.
+    pub field: String,
+    pub detail: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, detail: impl Into<String>) -> FieldError {
+        FieldError {
+            field: field.into(),
+            detail: detail.into(),
+        }
+    }
 }
 
 /// What a customer orders.
@@ -222,6 +252,10 @@ pub struct Service {
     pub pricing: Pricing,
     /// vCPUs of the initial plan (the base of on-demand pricing).
     pub planned_vcpus: u32,
+    /// The origin policy (text form) its caches enforce at every connect,
+    /// fixed when ordered; empty for services ordered before policies.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub origin_policy: String,
     /// Why the service failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -19,6 +19,9 @@ pub struct InstanceSpec {
     pub admin: SocketAddr,
     pub admin_token: String,
     pub upstream: String,
+    /// The service's origin policy (text form) the cache enforces at every
+    /// upstream connect; empty for none.
+    pub origin_policy: String,
     pub vcpus: u32,
     /// CPU time the quota allows, in CPUs (normally `vcpus`; a fraction
     /// for calibration runs).
@@ -199,6 +202,7 @@ impl Vim for LocalVim {
             .arg(format!("{}M", spec.memory_mib.max(1) / 2))
             .arg("--threads")
             .arg(spec.vcpus.max(1).to_string())
+            .args(origin_policy_args(spec))
             .env("VCDN_ADMIN_TOKEN", &spec.admin_token)
             .stdin(Stdio::null())
             .stdout(log)
@@ -277,6 +281,16 @@ impl Vim for LocalVim {
             return matches!(c.try_wait(), Ok(None));
         }
         pid.is_some_and(|p| process_matches(p, Some(listen)))
+    }
+}
+
+/// The cache flags that make an instance apply its service's origin policy
+/// to every upstream address it connects to (none without a policy).
+fn origin_policy_args(spec: &InstanceSpec) -> Vec<String> {
+    if spec.origin_policy.is_empty() {
+        Vec::new()
+    } else {
+        vec!["--origin-policy".into(), spec.origin_policy.clone()]
     }
 }
 

@@ -68,18 +68,11 @@ impl Response {
     }
 }
 
-/// Whether `req` carries `Authorization: Bearer <want>`, compared in
-/// constant time (the token is a secret). An empty `want` never matches.
+/// Whether `req` carries `Authorization: Bearer <want>` (scheme in any
+/// case), compared in constant time. An empty `want` never matches. APIs
+/// should rather use [`crate::auth::Guard`], which also throttles guessing.
 pub fn bearer_matches(req: &Request, want: &str) -> bool {
-    let got = req
-        .head
-        .headers
-        .get(b"authorization")
-        .and_then(|v| v.strip_prefix(b"Bearer "))
-        .unwrap_or(b"");
-    want.len() == got.len()
-        && !want.is_empty()
-        && want.bytes().zip(got).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    crate::auth::bearer_token(req).is_some_and(|t| crate::auth::token_eq(t, want.as_bytes()))
 }
 
 /// Quote a string as a JSON string literal.

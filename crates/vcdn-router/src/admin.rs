@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use vcdn_http::auth::{Guard, ThrottleConfig};
 use vcdn_http::serve::{Handler, Request, Response};
 use vcdn_http::Method;
 
@@ -20,8 +21,10 @@ use crate::config::ServiceConfig;
 use crate::state::Router;
 
 pub fn handler(router: Arc<Router>, token: Arc<str>) -> Handler {
+    // Failed authentications are throttled per source and logged.
+    let guard = Guard::new("vcdn-router", ThrottleConfig::default());
     Arc::new(move |req| {
-        let r = route(&router, &token, req);
+        let r = route(&router, &token, &guard, req);
         Box::pin(async move { r })
     })
 }
@@ -30,7 +33,7 @@ fn json_response(status: u16, v: &Value) -> Response {
     Response::new(status, "application/json", format!("{v}\n"))
 }
 
-fn route(router: &Router, token: &str, req: Request) -> Response {
+fn route(router: &Router, token: &str, guard: &Guard, req: Request) -> Response {
     let path = String::from_utf8_lossy(req.head.path()).into_owned();
     let m = req.head.method;
     match (m, path.as_str()) {
@@ -50,12 +53,8 @@ fn route(router: &Router, token: &str, req: Request) -> Response {
         }
         _ => {}
     }
-    if !vcdn_http::serve::bearer_matches(&req, token) {
-        return Response::problem(
-            401,
-            "missing or wrong bearer token: send Authorization: Bearer <admin token>",
-        )
-        .header("WWW-Authenticate", "Bearer realm=\"vcdn-router\"");
+    if let Err(r) = guard.authorize(&req, token) {
+        return r;
     }
     match (m, path.as_str()) {
         (Method::Get, "/services") => {

@@ -63,7 +63,10 @@ pub async fn start(
     let sizing = Duration::from_millis(cfg.sizing_interval_ms);
     let router = Router::new(cfg).map_err(|e| e.to_string())?;
     let token: Arc<str> = match &opts.admin_token {
-        Some(t) if !t.is_empty() => t.as_str().into(),
+        Some(t) if !t.is_empty() => {
+            vcdn_http::auth::check_token_strength("--admin-token", t)?;
+            t.as_str().into()
+        }
         _ => {
             let t = format!("{:032x}", random_u128());
             tracing::warn!("no --admin-token given; generated one for this run: {t}");

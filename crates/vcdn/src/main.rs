@@ -74,8 +74,9 @@ enum Cmd {
         admin: SocketAddr,
         #[arg(long, default_value = "127.0.0.1:9000")]
         origin: SocketAddr,
-        #[arg(long, default_value = "demo-token")]
-        admin_token: String,
+        /// The admin API's bearer token [default: generated for this run].
+        #[arg(long)]
+        admin_token: Option<String>,
     },
 }
 
@@ -368,8 +369,9 @@ fn run_demo(
     listen: SocketAddr,
     admin: SocketAddr,
     origin: SocketAddr,
-    token: String,
+    token: Option<String>,
 ) -> Result<(), String> {
+    let token = token.unwrap_or_else(|| vcdn_control::control::random_hex(16));
     let std_l = std::net::TcpListener::bind(origin)
         .map_err(|e| format!("cannot listen on {origin}: {e}"))?;
     std_l.set_nonblocking(true).map_err(|e| e.to_string())?;

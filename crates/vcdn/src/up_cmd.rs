@@ -100,7 +100,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
         let mut token = String::from("<customer API key>");
         if let Some(o) = origin {
             println!("  demo origin    http://{o}");
-            let key = demo_customer(&up, &a.data_dir).await?;
+            let key = demo_customer(&up, &a.data_dir, o).await?;
             println!("  demo customer  API key {key}");
             token = key;
         }
@@ -136,7 +136,11 @@ Stop with Ctrl-C (caches keep serving; the next `vcdn up` adopts them).",
 }
 
 /// The demo customer's key, made on first run and kept in the data dir.
-async fn demo_customer(up: &vcdn_control::Up, dir: &std::path::Path) -> Result<String, String> {
+async fn demo_customer(
+    up: &vcdn_control::Up,
+    dir: &std::path::Path,
+    origin: SocketAddr,
+) -> Result<String, String> {
     let f = dir.join("demo-customer-key");
     if let Ok(k) = std::fs::read_to_string(&f) {
         if !k.trim().is_empty() {
@@ -152,7 +156,11 @@ async fn demo_customer(up: &vcdn_control::Up, dir: &std::path::Path) -> Result<S
             ("Authorization", &auth),
             ("Content-Type", "application/json"),
         ],
-        br#"{"name": "demo"}"#,
+        // The demo origin is on loopback, which origin policies refuse:
+        // the demo customer gets an exception for exactly its address.
+        serde_json::json!({"name": "demo", "origin_allow": [origin.to_string()]})
+            .to_string()
+            .as_bytes(),
         std::time::Duration::from_secs(5),
     )
     .await

@@ -149,6 +149,17 @@ async fn purge_by_url_prefix_and_all_through_api_and_ctl() {
     let r = admin(&c, "POST", "/purge", r#"{"url": "/size/10"}"#).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().trim(), r#"{"purged":1}"#);
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    let lower = format!("bearer {TOKEN}");
+    let lowered = request(
+        c.admin.unwrap(),
+        "GET",
+        "/stats",
+        &[("Authorization", &lower)],
+        b"",
+    )
+    .await;
+    assert_eq!(lowered.status(), 200, "{}", lowered.text());
     assert_eq!(x_cache(&get(c.addr, "/size/10").await), "MISS");
     assert_eq!(x_cache(&get(c.addr, "/size/11").await), "HIT");
 

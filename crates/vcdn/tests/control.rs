@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use support::{eventually, tempdir, TempDir};
 use vcdn_http::client;
 
-const OP: &str = "operator-secret";
+const OP: &str = "operator-secret-0123456789abcdef0123";
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -478,7 +478,18 @@ async fn the_api_keeps_customers_apart_and_explains_errors() {
         .call(OP, "POST", "/v1/customers", Some(json!({"name": "other"})))
         .await;
     assert_eq!(st, 201);
+    let b_id = b["id"].as_str().unwrap().to_string();
     let b = b["api_key"].as_str().unwrap().to_string();
+    // The demo origin is on loopback: B needs the operator's exception.
+    let (st, p, _) = up
+        .call(
+            OP,
+            "PUT",
+            &format!("/v1/customers/{b_id}/settings"),
+            Some(json!({"origin_allow": [up.origin.to_string()]})),
+        )
+        .await;
+    assert_eq!(st, 200, "{p}");
 
     // The OpenAPI document is served and describes the paths we use.
     let (st, doc, _) = up.call("", "GET", "/v1/openapi.json", None).await;
@@ -490,6 +501,8 @@ async fn the_api_keeps_customers_apart_and_explains_errors() {
         "/v1/catalog",
         "/v1/hosts",
         "/v1/customers",
+        "/v1/settings",
+        "/v1/customers/{id}/settings",
     ] {
         assert!(
             doc["paths"].get(p).is_some(),
@@ -713,7 +726,7 @@ async fn a_lease_ends_the_service() {
     assert!(resolve(up.dns, "127.1.0.1", "brief.example").is_empty());
     // A lease that starts later is scheduled (202), holding its capacity.
     let later = json!({"name": "later", "origin": up.origin_url(), "hostname": "later.example", "flavor": "static",
-        "regions": [{"region": "lyon"}], "lease": {"start": 4_000_000_000u64, "duration_s": 60}});
+        "regions": [{"region": "lyon"}], "lease": {"start": now_s() + 3600, "duration_s": 60}});
     let (st, s, _) = up
         .call(&up.key(), "POST", "/v1/services", Some(later))
         .await;
@@ -1061,4 +1074,475 @@ async fn players_resolving_the_name_spread_over_the_caches_dns_gives() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("resolving nope.example"), "{err}");
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A request to `api` sent from the loopback address `source`: status and
+/// Retry-After.
+async fn call_from(api: SocketAddr, source: &str, auth: &str, path: &str) -> (u16, Option<u64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut s = sock.connect(api).await.expect("connect");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: api\r\nAuthorization: {auth}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("answer in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&out);
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let retry = text
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after: ")
+                .map(str::to_string)
+        })
+        .and_then(|v| v.trim().parse().ok());
+    (status, retry)
+}
+
+/// Runs `vcdn ARGS` expecting it to refuse to start: its stderr.
+fn refused_at_start(args: &[&str]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(args)
+        .env("VCDN_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            assert!(!st.success(), "vcdn {args:?} exited 0: {err}");
+            return err;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("vcdn {args:?} started with a weak token");
+}
+
+#[test]
+fn admin_apis_refuse_a_weak_token_at_start() {
+    let dir = tempdir("control-weak-token");
+    let api = format!("127.0.0.1:{}", free_port());
+    let err = refused_at_start(&[
+        "up",
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--api",
+        &api,
+        "--dns",
+        &format!("127.0.0.1:{}", free_port()),
+        "--http",
+        &format!("127.0.0.1:{}", free_port()),
+        "--router-admin",
+        &format!("127.0.0.1:{}", free_port()),
+        "--operator-token",
+        "x",
+    ]);
+    assert!(
+        err.contains("--operator-token") && err.contains("32"),
+        "{err}"
+    );
+    let err = refused_at_start(&[
+        "cache",
+        "--listen",
+        &format!("127.0.0.1:{}", free_port()),
+        "--admin",
+        &format!("127.0.0.1:{}", free_port()),
+        "--admin-token",
+        "short-token",
+        "--upstream",
+        "http://127.0.0.1:9",
+    ]);
+    assert!(err.contains("--admin-token") && err.contains("32"), "{err}");
+    let err = refused_at_start(&[
+        "router",
+        "--no-dns",
+        "--admin",
+        &format!("127.0.0.1:{}", free_port()),
+        "--admin-token",
+        "short-token",
+    ]);
+    assert!(err.contains("--admin-token") && err.contains("32"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_case_bearer_works_and_failed_tokens_are_throttled_per_source() {
+    let up = Up::start("control-auth", &[]);
+    // RFC 9110 §11.1: the scheme is case-insensitive.
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let (st, _) = call_from(up.api, "127.0.0.1", &format!("{scheme} {OP}"), "/v1/hosts").await;
+        assert_eq!(st, 200, "{scheme}");
+    }
+    // Ten wrong tokens from one source: 401 each; then 429 with Retry-After,
+    // even with the right token (a throttled source cannot test guesses).
+    for i in 0..10 {
+        let (st, _) = call_from(up.api, "127.0.0.77", "Bearer guess", "/v1/hosts").await;
+        assert_eq!(st, 401, "attempt {i}");
+    }
+    let (st, retry) = call_from(up.api, "127.0.0.77", "Bearer guess", "/v1/hosts").await;
+    assert_eq!(st, 429);
+    assert!(retry.is_some_and(|s| (1..=60).contains(&s)), "{retry:?}");
+    let (st, _) = call_from(up.api, "127.0.0.77", &format!("Bearer {OP}"), "/v1/hosts").await;
+    assert_eq!(st, 429);
+    // Another source is not affected, neither with the right token nor a wrong one.
+    let (st, _) = call_from(up.api, "127.0.0.78", &format!("Bearer {OP}"), "/v1/hosts").await;
+    assert_eq!(st, 200);
+    let (st, _) = call_from(up.api, "127.0.0.78", "Bearer guess", "/v1/hosts").await;
+    assert_eq!(st, 401);
+    let r = client::request(up.api, "GET", "/metrics", &[], b"", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(
+        r.text().contains("vcdn_control_auth_failures_total 11")
+            && r.text().contains("vcdn_control_auth_throttled_total 2"),
+        "{}",
+        r.text()
+    );
+}
+
+/// The problem document's `errors` member: field -> detail.
+fn field_errors(p: &Value) -> Vec<(String, String)> {
+    p["errors"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["field"].as_str().unwrap_or("").to_string(),
+                        e["detail"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_with_bad_numbers_names_or_leases_are_refused_saying_what_to_fix() {
+    let up = Up::start("control-validate", &[]);
+    let key = up.key();
+    let later = now_s() + 3600;
+    // Scheduled an hour ahead: nothing starts, the checks are the same.
+    let good = json!({"name": "ok", "origin": up.origin_url(), "hostname": "ok.example", "flavor": "elastic",
+        "regions": [{"region": "paris", "peak_users": 10}], "quality": {}, "lease": {"start": later, "duration_s": 3600}});
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("/lease/start", json!(1u64 << 62), "lease.start"),
+        ("/lease/duration_s", json!(u64::MAX), "lease.duration_s"),
+        (
+            "/lease",
+            json!({"start": later, "end": u64::MAX}),
+            "lease.end",
+        ),
+        (
+            "/regions/0/bitrate_kbps",
+            json!(-2000.0),
+            "regions[0].bitrate_kbps",
+        ),
+        (
+            "/regions/0/requests_per_s",
+            json!(-5.0),
+            "regions[0].requests_per_s",
+        ),
+        ("/regions/0/chunk_s", json!(0.0), "regions[0].chunk_s"),
+        ("/regions", json!([]), "regions"),
+        ("/hostname", json!("127.0.0.1"), "hostname"),
+        ("/hostname", json!("video.example.com."), "hostname"),
+        ("/hostname", json!("-bad.example"), "hostname"),
+        ("/hostname", json!("localhost"), "hostname"),
+        (
+            "/origin",
+            json!(format!("{}/a b", up.origin_url())),
+            "origin",
+        ),
+        (
+            "/origin",
+            json!(format!("{}/#frag", up.origin_url())),
+            "origin",
+        ),
+        (
+            "/origin",
+            json!(format!("http://user@{}", up.origin)),
+            "origin",
+        ),
+        ("/origin", json!("ftp://example.com/"), "origin"),
+        ("/quality/percentile", json!(0), "quality.percentile"),
+        ("/name", json!("Bad Name"), "name"),
+    ];
+    for (pointer, value, field) in cases {
+        let mut spec = good.clone();
+        let (parent, member) = pointer.rsplit_once('/').unwrap();
+        spec.pointer_mut(parent).unwrap()[member] = value.clone();
+        let (st, p, ct) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
+        assert_eq!(
+            (st, ct.as_str()),
+            (422, "application/problem+json"),
+            "{field} = {value}: {p}"
+        );
+        let errs = field_errors(&p);
+        assert!(
+            errs.iter().any(|(f, d)| f == field && !d.is_empty()),
+            "{field} = {value}: {p}"
+        );
+    }
+    // Several bad fields are all named in one answer.
+    let mut spec = good.clone();
+    spec["hostname"] = json!("10.0.0.1");
+    spec["regions"][0]["bitrate_kbps"] = json!(-1.0);
+    let (st, p, _) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
+    assert_eq!(st, 422);
+    assert_eq!(field_errors(&p).len(), 2, "{p}");
+    // Names are case-insensitive and stored in lower case; unique across customers.
+    let mut spec = good.clone();
+    spec["hostname"] = json!("OK.Example");
+    let (st, s, _) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
+    assert_eq!(st, 202, "{s}");
+    assert_eq!(s["hostname"], "ok.example");
+    assert!(
+        s["cost"]["total"].as_f64().is_some_and(f64::is_finite),
+        "{s}"
+    );
+    let (_, other, _) = up
+        .call(OP, "POST", "/v1/customers", Some(json!({"name": "other"})))
+        .await;
+    let other_id = other["id"].as_str().unwrap().to_string();
+    let other_key = other["api_key"].as_str().unwrap().to_string();
+    let mut spec = good.clone();
+    spec["name"] = json!("mine");
+    spec["hostname"] = json!("ok.EXAMPLE");
+    spec["origin"] = json!("http://93.184.215.14/");
+    let (st, p, _) = up
+        .call(&other_key, "POST", "/v1/services", Some(spec))
+        .await;
+    assert_eq!(st, 409, "{p}");
+
+    // Lease limits: 90 days ahead and one year long at most by default; the
+    // operator changes them.
+    let (st, settings, _) = up.call(OP, "GET", "/v1/settings", None).await;
+    assert_eq!(st, 200, "{settings}");
+    assert_eq!(settings["lease"]["max_start_ahead_s"], 90 * 86400);
+    assert_eq!(settings["lease"]["max_duration_s"], 365 * 86400);
+    let mut far = good.clone();
+    far["name"] = json!("far");
+    far["hostname"] = json!("far.example");
+    far["lease"]["start"] = json!(now_s() + 100 * 86400);
+    let (st, p, _) = up
+        .call(&key, "POST", "/v1/services", Some(far.clone()))
+        .await;
+    assert_eq!(st, 422, "{p}");
+    assert!(
+        p["errors"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("90 days"),
+        "{p}"
+    );
+    let mut s2 = settings.clone();
+    s2["lease"]["max_start_ahead_s"] = json!(200 * 86400);
+    let (st, p, _) = up.call(OP, "PUT", "/v1/settings", Some(s2)).await;
+    assert_eq!(st, 200, "{p}");
+    let (st, p, _) = up.call(&key, "POST", "/v1/services", Some(far)).await;
+    assert_eq!(st, 202, "{p}");
+    // Customers cannot change settings; nonsense settings are refused.
+    assert_eq!(up.call(&key, "GET", "/v1/settings", None).await.0, 403);
+    let mut bad = settings.clone();
+    bad["origin_policy"] = json!("allow everything");
+    assert_eq!(up.call(OP, "PUT", "/v1/settings", Some(bad)).await.0, 422);
+
+    // Quotas: per customer, with the operator's default and an override.
+    assert_eq!(settings["quota"]["max_services"], 10);
+    let (st, p, _) = up
+        .call(
+            OP,
+            "PUT",
+            &format!("/v1/customers/{other_id}/settings"),
+            Some(json!({"quota": {"max_services": 1, "max_vcpus": 2}})),
+        )
+        .await;
+    assert_eq!(st, 200, "{p}");
+    let mut spec = good.clone();
+    spec["name"] = json!("one");
+    spec["hostname"] = json!("one.example");
+    spec["origin"] = json!("http://93.184.215.14/");
+    spec["regions"] = json!([{"region": "lyon", "peak_users": 10}]);
+    let (st, p, _) = up
+        .call(&other_key, "POST", "/v1/services", Some(spec.clone()))
+        .await;
+    assert_eq!(st, 202, "{p}");
+    spec["name"] = json!("two");
+    spec["hostname"] = json!("two.example");
+    let (st, p, _) = up
+        .call(&other_key, "POST", "/v1/services", Some(spec.clone()))
+        .await;
+    assert_eq!(st, 409, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("1 service"), "{p}");
+    // The vCPU quota counts what the order would reserve.
+    up.call(
+        OP,
+        "PUT",
+        &format!("/v1/customers/{other_id}/settings"),
+        Some(json!({"quota": {"max_services": 5, "max_vcpus": 2}})),
+    )
+    .await;
+    spec["flavor"] = json!("static");
+    spec["regions"] = json!([{"region": "lyon"}]);
+    let (st, p, _) = up
+        .call(&other_key, "POST", "/v1/services", Some(spec))
+        .await;
+    assert_eq!(st, 409, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("vCPU"), "{p}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origins_on_the_platform_or_private_networks_are_refused() {
+    let up = Up::start("control-origin", &[]);
+    let key = up.key();
+    let (_, other, _) = up
+        .call(OP, "POST", "/v1/customers", Some(json!({"name": "other"})))
+        .await;
+    let other_id = other["id"].as_str().unwrap().to_string();
+    let other_key = other["api_key"].as_str().unwrap().to_string();
+    let later = now_s() + 3600;
+    let order = |name: &str, origin: String| {
+        json!({"name": name, "origin": origin, "hostname": format!("{name}.example"), "flavor": "static",
+            "regions": [{"region": "paris"}], "lease": {"start": later, "duration_s": 3600}})
+    };
+    let refused = [
+        (format!("http://{}/", up.api), up.api.to_string()),
+        (
+            "http://169.254.169.254/latest/meta-data/".into(),
+            "169.254.169.254:80".into(),
+        ),
+        ("http://10.0.0.1/".into(), "10.0.0.1:80".into()),
+        (
+            format!("http://localhost:{}/", up.origin.port()),
+            format!(":{}", up.origin.port()),
+        ),
+        (
+            format!("http://127.10.0.1:{}/", up.instance_port),
+            format!("127.10.0.1:{}", up.instance_port),
+        ),
+    ];
+    for (who, k) in [("demo", &key), ("other", &other_key)] {
+        for (i, (origin, addr)) in refused.iter().enumerate() {
+            if who == "demo" && origin.contains("localhost") {
+                // Its exception is for the demo origin's address, which
+                // localhost may name.
+                continue;
+            }
+            let (st, p, ct) = up
+                .call(
+                    k,
+                    "POST",
+                    "/v1/services",
+                    Some(order(&format!("{who}{i}"), origin.clone())),
+                )
+                .await;
+            assert_eq!(
+                (st, ct.as_str()),
+                (422, "application/problem+json"),
+                "{who} {origin}: {p}"
+            );
+            let d = p["detail"].as_str().unwrap();
+            assert!(
+                d.contains(addr.as_str()) && d.contains("operator"),
+                "{who} {origin}: {d}"
+            );
+            assert_eq!(p["errors"][0]["field"], "origin", "{p}");
+        }
+    }
+    // The demo customer may use the demo origin (an exception for exactly it).
+    let (st, p, _) = up
+        .call(
+            &key,
+            "POST",
+            "/v1/services",
+            Some(order("demo", up.origin_url())),
+        )
+        .await;
+    assert_eq!(st, 202, "{p}");
+    // Another customer may not, until the operator adds an exception for it.
+    let (st, p, _) = up
+        .call(
+            &other_key,
+            "POST",
+            "/v1/services",
+            Some(order("theirs", up.origin_url())),
+        )
+        .await;
+    assert_eq!(st, 422, "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&up.origin.to_string()),
+        "{p}"
+    );
+    let (st, p, _) = up
+        .call(
+            OP,
+            "PUT",
+            &format!("/v1/customers/{other_id}/settings"),
+            Some(json!({"origin_allow": [up.origin.to_string()]})),
+        )
+        .await;
+    assert_eq!(st, 200, "{p}");
+    let (st, p, _) = up
+        .call(
+            &other_key,
+            "POST",
+            "/v1/services",
+            Some(order("theirs", up.origin_url())),
+        )
+        .await;
+    assert_eq!(st, 202, "{p}");
+    // An exception never opens the platform's own addresses.
+    up.call(
+        OP,
+        "PUT",
+        &format!("/v1/customers/{other_id}/settings"),
+        Some(json!({"origin_allow": ["127.0.0.0/8"]})),
+    )
+    .await;
+    let (st, p, _) = up
+        .call(
+            &other_key,
+            "POST",
+            "/v1/services",
+            Some(order("api", format!("http://{}/", up.api))),
+        )
+        .await;
+    assert_eq!(st, 422, "{p}");
+    // An exception must be an address rule.
+    let (st, _, _) = up
+        .call(
+            OP,
+            "PUT",
+            &format!("/v1/customers/{other_id}/settings"),
+            Some(json!({"origin_allow": ["everything"]})),
+        )
+        .await;
+    assert_eq!(st, 422);
 }

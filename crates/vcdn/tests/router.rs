@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use support::*;
 use vcdn_http::client::{self, ClientResponse};
 
-const RTOKEN: &str = "router-token";
+const RTOKEN: &str = "router-token-0123456789abcdef0123456";
 
 /// A running `vcdn router`.
 struct RouterProc {
@@ -806,6 +806,19 @@ async fn services_change_at_run_time_through_the_admin_api() {
         }
     };
     assert_eq!(dig(r.dns, &["live.example", "A"]).status, "REFUSED");
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    let lower = format!("bearer {RTOKEN}");
+    let listed = client::request(
+        r.admin,
+        "GET",
+        "/services",
+        &[("Authorization", &lower)],
+        b"",
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("admin call");
+    assert_eq!(listed.status(), 200, "{}", listed.text());
     let svc = format!(
         r#"{{"hostname": "live.example", "origin": "http://{}",
             "regions": [{{"region": "paris", "caches": [{{"address": "{}", "admin": "{}"}}]}}]}}"#,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use vcdn_http::client::{self, ClientResponse};
 
-pub const TOKEN: &str = "test-token";
+pub const TOKEN: &str = "test-token-0123456789abcdef01234567";
 
 /// A running `vcdn` process, killed when dropped.
 pub struct Proc {
