@@ -127,6 +127,7 @@ impl Up {
     /// before it is ready.
     fn launch(&mut self) -> Result<(), String> {
         use std::io::BufRead;
+        // The instances' admin port (the last) is in their records: it stays.
         let [dns, http, router, admin] = self.ports;
         let mut child = Command::new(env!("CARGO_BIN_EXE_vcdn"))
             .arg("up")
@@ -188,6 +189,25 @@ impl Up {
         self.child = Some(child);
         self.started = true;
         Ok(())
+    }
+
+    /// Starts it again after a kill. Its API and router ports are not part
+    /// of any record: should another process have taken one meanwhile, it
+    /// moves to free ones.
+    fn relaunch(&mut self) {
+        for _ in 0..3 {
+            match self.launch() {
+                Ok(()) => return,
+                Err(e) if e.contains("Address already in use") => {
+                    self.api = SocketAddr::from(([127, 0, 0, 1], free_port()));
+                    for p in &mut self.ports[..3] {
+                        *p = free_port();
+                    }
+                }
+                Err(e) => panic!("vcdn up does not start again: {e}"),
+            }
+        }
+        panic!("vcdn up does not start again: its ports stay taken");
     }
 
     fn kill(&mut self) {
@@ -375,7 +395,7 @@ async fn killing_the_control_plane_mid_order_leaves_no_stray_and_no_mixup() {
     ];
     let t0 = Instant::now();
     let mut round = 0;
-    while round < 40 && t0.elapsed() < Duration::from_secs(40) {
+    while round < 100 && t0.elapsed() < Duration::from_secs(30) {
         round += 1;
         // Orders and deletes by both customers, in flight together.
         let services = up.services().await;
@@ -420,7 +440,7 @@ async fn killing_the_control_plane_mid_order_leaves_no_stray_and_no_mixup() {
         for c in calls {
             let _ = c.await;
         }
-        up.launch().expect("vcdn up starts again");
+        up.relaunch();
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut wrong = violations(&up).await;
         while !wrong.is_empty() && Instant::now() < deadline {
@@ -569,4 +589,108 @@ async fn an_impostor_on_an_instance_address_is_a_conflict_and_relaunches_back_of
         "{h}"
     );
     assert_eq!(h["upstream"].as_str(), Some(origin.as_str()), "{h}");
+}
+
+async fn healthz(api: SocketAddr) -> (u16, Value) {
+    let r = client::request(api, "GET", "/healthz", &[], b"", Duration::from_secs(5))
+        .await
+        .expect("API answers");
+    (
+        r.status(),
+        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_removed_while_running_is_reported_and_not_started_afresh() {
+    let mut up = Up::start("crash-store", &[]);
+    let key = up.demo_key();
+    let origin = format!("http://127.0.0.1:{}", up.origin.port());
+    let spec = |n: &str| json!({"name": n, "origin": origin, "hostname": format!("{n}.example"), "flavor": "static", "regions": [{"region": "paris"}]});
+    let (st, s) = up
+        .call(&key, "POST", "/v1/services", Some(spec("first")))
+        .await;
+    assert_eq!(st, 201, "{s}");
+    assert_eq!(healthz(up.api).await.0, 200);
+
+    // The unlucky operator removes the SQLite files while vcdn up runs.
+    for f in ["vcdn.sqlite", "vcdn.sqlite-wal", "vcdn.sqlite-shm"] {
+        let _ = std::fs::remove_file(up.dir.join(f));
+    }
+    let (st, h) = healthz(up.api).await;
+    assert_eq!(st, 503, "{h}");
+    assert!(h["reason"].as_str().unwrap().contains("removed"), "{h}");
+    // Orders are refused with a problem document that says why, by the
+    // operator too (whose token needs no store).
+    for token in [key.as_str(), OP] {
+        let r = client::request(
+            up.api,
+            "POST",
+            "/v1/customers",
+            &[
+                ("Authorization", &format!("Bearer {token}")),
+                ("Content-Type", "application/json"),
+            ],
+            br#"{"name": "late"}"#,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 503, "{}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(r.text().contains("store is unavailable"), "{}", r.text());
+    }
+    let (st, v) = up
+        .call(
+            OP,
+            "DELETE",
+            &format!("/v1/services/{}", s["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(st, 503, "{v}");
+    assert!(
+        !caches(up.instance_port).is_empty(),
+        "the data plane keeps serving"
+    );
+
+    // A restart does not start afresh over what is left: the data directory
+    // says a store was there, and its instances still run.
+    up.kill();
+    let err = up
+        .launch()
+        .expect_err("vcdn up must refuse an emptied store");
+    assert!(
+        err.contains("--reinitialise-store") && err.contains("missing or empty"),
+        "{err}"
+    );
+    std::fs::remove_file(up.dir.join("store-id")).unwrap();
+    for f in ["vcdn.sqlite", "vcdn.sqlite-wal", "vcdn.sqlite-shm"] {
+        let _ = std::fs::remove_file(up.dir.join(f));
+    }
+    let err = up
+        .launch()
+        .expect_err("vcdn up must refuse a new store over running instances");
+    assert!(
+        err.contains("still run") && err.contains("--reinitialise-store"),
+        "{err}"
+    );
+    // An empty database file is no fresh install either.
+    std::fs::write(up.dir.join("store-id"), "st-0123456789abcdef\n").unwrap();
+    std::fs::write(up.dir.join("vcdn.sqlite"), b"").unwrap();
+    let err = up
+        .launch()
+        .expect_err("vcdn up must refuse an empty database file");
+    assert!(err.contains("missing or empty"), "{err}");
+
+    // The operator says so: a fresh store, and the instances no record owns
+    // are stopped.
+    up.extra = vec!["--reinitialise-store".into()];
+    up.launch().expect("vcdn up starts afresh when told to");
+    assert_eq!(healthz(up.api).await.0, 200);
+    assert!(
+        eventually(5, || async { caches(up.instance_port).is_empty() }).await,
+        "{:?}",
+        caches(up.instance_port)
+    );
 }
