@@ -453,7 +453,7 @@ impl Control {
             )));
         }
         let all: Vec<Service> = services.values().cloned().collect();
-        let graph = planner::plan(
+        let mut graph = planner::plan(
             &PlanInput {
                 spec: &spec,
                 flavor,
@@ -467,7 +467,6 @@ impl Control {
             &mut || format!("i-{}", random_hex(5)),
             now,
         )?;
-        let mut graph = graph;
         for i in graph
             .regions
             .iter_mut()

@@ -1002,3 +1002,16 @@ impl Control {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relaunches_back_off_exponentially_up_to_a_cap() {
+        let waits: Vec<u128> = (0..9).map(|n| backoff(n).as_millis()).collect();
+        assert_eq!(waits, [0, 200, 400, 800, 1600, 3200, 6400, 12800, 25600]);
+        assert_eq!(backoff(10), BACKOFF_MAX);
+        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+}
