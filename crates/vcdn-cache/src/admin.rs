@@ -107,6 +107,7 @@ fn health(cache: &Cache) -> Response {
         "memory_bytes": bytes,
         "memory_capacity_bytes": cache.cfg.memory,
         "upstream": cache.upstream.url(),
+        "instance_id": cache.cfg.instance_id,
     }))
 }
 
@@ -126,6 +127,7 @@ pub fn stats(cache: &Cache) -> Value {
         + m.count(CacheStatus::Refresh);
     let g = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     json!({
+        "instance_id": cache.cfg.instance_id,
         "uptime_s": cache.started.elapsed().as_secs(),
         "requests": results,
         "hit_ratio": if lookups == 0 { 0.0 } else { hits as f64 / lookups as f64 },

@@ -19,6 +19,10 @@ pub struct CacheConfig {
     pub admin: Option<SocketAddr>,
     /// Bearer token the control API requires.
     pub admin_token: Option<String>,
+    /// Who this process is, as the control plane that started it knows it
+    /// (shown in `/healthz` and `/stats`, so that an address answering
+    /// is not taken for the right instance when it is another one).
+    pub instance_id: Option<String>,
     /// Bytes of the memory tier.
     #[serde(deserialize_with = "size")]
     pub memory: u64,
@@ -101,6 +105,7 @@ impl Default for CacheConfig {
             upstream: "http://127.0.0.1:9000".into(),
             admin: None,
             admin_token: None,
+            instance_id: None,
             memory: 256 << 20,
             disk: None,
             disk_size: 1 << 30,

@@ -69,6 +69,7 @@ fn problem(e: &ControlError) -> Response {
         ControlError::Invalid(_) | ControlError::Fields(_) => 422,
         ControlError::Forbidden(_) => 403,
         ControlError::Deploy(_) => 502,
+        ControlError::Store(e) if e.is_lost() => 503,
         ControlError::Store(_) => 500,
     };
     Response::problem(status, &e.to_string())
@@ -168,10 +169,17 @@ async fn route(c: &Control, guard: &Guard, req: Request) -> Response {
     let m = req.head.method;
     match (m, path) {
         (Method::Get | Method::Head, "/healthz") => {
-            return json_response(
-                200,
-                &json!({"status": "ok", "store": c.store.engine(), "vim": c.vim.name()}),
-            );
+            let (status, mut v) = match c.store.health().await {
+                Ok(()) => (200, json!({"status": "ok"})),
+                Err(e) => (
+                    503,
+                    json!({"status": "unavailable", "reason": e.to_string()}),
+                ),
+            };
+            v["store"] = json!(c.store.engine());
+            v["store_install_id"] = json!(c.store.install_id());
+            v["vim"] = json!(c.vim.name());
+            return json_response(status, &v);
         }
         (Method::Get | Method::Head, "/metrics") => {
             return Response::new(200, "text/plain; version=0.0.4", metrics(c, guard).await)

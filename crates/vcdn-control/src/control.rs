@@ -105,6 +105,8 @@ pub(crate) struct Runtime {
     pub(crate) last_load: HashMap<String, f64>,
     /// When a region last scaled out (no scale-in soon after).
     pub(crate) scaled_out_at: HashMap<String, Instant>,
+    /// Relaunches per instance, to back off one that keeps failing.
+    pub(crate) relaunch: HashMap<String, crate::supervisor::Relaunch>,
 }
 
 #[derive(Default)]
@@ -231,6 +233,7 @@ impl Control {
         };
         Ok(InstanceSpec {
             id: i.id.clone(),
+            identity: i.identity(),
             listen: parse(&i.address)?,
             admin: parse(&i.admin)?,
             admin_token: self.instance_token.clone(),
@@ -244,6 +247,10 @@ impl Control {
 
     /// Starts (or restarts) an instance's process and records its pid.
     pub(crate) fn launch(&self, s: &Service, i: &mut Instance) -> Result<(), ControlError> {
+        if i.nonce.is_empty() {
+            // Recorded before instances carried one.
+            i.nonce = random_hex(8);
+        }
         let spec = self.instance_spec(s, i)?;
         let started = self
             .vim
@@ -404,7 +411,7 @@ impl Control {
             )));
         }
         let all: Vec<Service> = services.values().cloned().collect();
-        let graph = planner::plan(
+        let mut graph = planner::plan(
             &PlanInput {
                 spec: &spec,
                 flavor,
@@ -418,6 +425,13 @@ impl Control {
             &mut || format!("i-{}", random_hex(5)),
             now,
         )?;
+        for i in graph
+            .regions
+            .iter_mut()
+            .flat_map(|r| r.instances.iter_mut())
+        {
+            i.nonce = random_hex(8);
+        }
         let planned_vcpus = graph
             .regions
             .iter()
@@ -458,10 +472,14 @@ impl Control {
             })
             .collect::<Vec<_>>()
             .join(", ");
+        // The intent (service, graph, instances with their addresses and
+        // identities) is stored before any process starts: a control plane
+        // that dies from here on finds the order at start and finishes it,
+        // and owns whatever process it started.
+        self.store.put("service", &s.id, &s).await?;
+        services.insert(s.id.clone(), s.clone());
         if s.state == ServiceState::Scheduled {
-            services.insert(s.id.clone(), s.clone());
             drop(services);
-            self.persist(&s).await;
             self.event(
                 &s.id,
                 "planned",
@@ -502,14 +520,13 @@ impl Control {
         t0: Instant,
     ) -> Result<Service, ControlError> {
         let s = self.find(id, None).await?;
-        let admins: Vec<(String, String)> = s
+        let instances: Vec<Instance> = s
             .graph
             .regions
             .iter()
-            .flat_map(|r| &r.instances)
-            .map(|i| (i.id.clone(), i.admin.clone()))
+            .flat_map(|r| r.instances.iter().cloned())
             .collect();
-        if let Err(e) = deployer::wait_ready(&admins, Duration::from_secs(5)).await {
+        if let Err(e) = deployer::wait_ready(&instances, Duration::from_secs(5)).await {
             return Err(self.fail(id, ControlError::Deploy(e)).await);
         }
         if let Err(e) = self.cfg.router.put(&s).await {
@@ -623,10 +640,28 @@ impl Control {
 
     pub async fn delete(&self, key: &str, customer: Option<&str>) -> Result<Service, ControlError> {
         let s = self.find(key, customer).await?;
-        if !s.state.live() {
+        if !s.state.live() || s.state == ServiceState::Deleting {
             return Err(ControlError::Conflict(
                 format!("service {} is already {:?}", s.id, s.state).to_lowercase(),
             ));
+        }
+        // Recorded before anything stops: a control plane that dies during
+        // the delete finishes it at start.
+        {
+            let mut services = self.services.lock().await;
+            let Some(live) = services.get_mut(&s.id) else {
+                return Err(ControlError::NotFound(format!("no service {key}")));
+            };
+            if !live.state.live() || live.state == ServiceState::Deleting {
+                return Err(ControlError::Conflict(format!(
+                    "service {} is already being deleted",
+                    s.id
+                )));
+            }
+            let mut deleting = live.clone();
+            deleting.state = ServiceState::Deleting;
+            self.store.put("service", &s.id, &deleting).await?;
+            *live = deleting;
         }
         let n = s
             .graph

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use vcdn_router::config::{CacheEndpoint, ServiceConfig, ServiceRegion};
 
-use crate::types::{InstanceState, Service, ServiceState};
+use crate::types::{Instance, Service, ServiceState};
 
 /// The router's admin API.
 #[derive(Debug, Clone)]
@@ -102,7 +102,7 @@ pub fn router_service(s: &Service) -> ServiceConfig {
                 } else {
                     r.instances
                         .iter()
-                        .filter(|i| i.state != InstanceState::Draining)
+                        .filter(|i| i.serving())
                         .filter_map(|i| {
                             Some(CacheEndpoint {
                                 address: i.address.parse().ok()?,
@@ -119,11 +119,14 @@ pub fn router_service(s: &Service) -> ServiceConfig {
     }
 }
 
-/// Polls each instance's `/healthz` until all answer 200, or says which
-/// did not within `limit`.
-pub async fn wait_ready(instances: &[(String, String)], limit: Duration) -> Result<(), String> {
+/// Polls each instance's `/healthz` until all answer 200 with their own
+/// identity, or says which did not within `limit`. Something else
+/// answering on an instance's address is a conflict, said at once: the
+/// instance cannot bind it, so waiting would not help.
+pub async fn wait_ready(instances: &[Instance], limit: Duration) -> Result<(), String> {
     let deadline = Instant::now() + limit;
-    let waits = instances.iter().map(|(id, admin)| async move {
+    let waits = instances.iter().map(|i| async move {
+        let (id, admin, identity) = (&i.id, &i.admin, i.identity());
         let addr: SocketAddr = admin
             .parse()
             .map_err(|e| format!("instance {id}: bad admin address {admin}: {e}"))?;
@@ -144,8 +147,19 @@ pub async fn wait_ready(instances: &[(String, String)], limit: Duration) -> Resu
                 left.min(Duration::from_millis(500)),
             )
             .await;
-            if matches!(&r, Ok(r) if r.status() == 200) {
-                return Ok(());
+            if let Ok(r) = &r {
+                if r.status() == 200 {
+                    let v: serde_json::Value =
+                        serde_json::from_slice(&r.body).unwrap_or_default();
+                    let who = v["instance_id"].as_str().unwrap_or("");
+                    if who == identity {
+                        return Ok(());
+                    }
+                    return Err(format!(
+                        "conflict: another process answers on instance {id}'s address http://{addr}/healthz ({}), so {id} cannot serve there",
+                        if who.is_empty() { "with no instance id".to_string() } else { format!("as instance {who}") }
+                    ));
+                }
             }
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(Duration::from_millis(20));

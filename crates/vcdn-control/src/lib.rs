@@ -52,6 +52,9 @@ pub struct UpOptions {
     pub admin_port: u16,
     /// CPU time one vCPU gets (see [`ControlConfig::vcpu_share`]).
     pub vcpu_share: f64,
+    /// Start even though the data directory's store is missing, emptied or
+    /// replaced, or its instances run with no store (see [`store::OpenOptions`]).
+    pub reinitialise_store: bool,
 }
 
 /// A running control plane and router.
@@ -98,13 +101,22 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         }
         None => CapacityModel::default(),
     };
-    let store = match &o.database_url {
-        Some(url) => store::Store::postgres(url)
-            .await
-            .map_err(|e| format!("cannot open the store at {url}: {e}"))?,
-        None => store::Store::sqlite(&o.data_dir)
-            .map_err(|e| format!("cannot open the store in {}: {e}", o.data_dir.display()))?,
-    };
+    let vim = vim::LocalVim::new(o.cache_binary.clone(), &o.data_dir)
+        .map_err(|e| format!("cannot start the local VIM: {e}"))?;
+    let running_instances = vim::Vim::marked(&vim).iter().map(|m| m.pid).collect();
+    let store = store::Store::open(
+        &o.data_dir,
+        &store::OpenOptions {
+            database_url: o.database_url.clone(),
+            reinitialise: o.reinitialise_store,
+            running_instances,
+        },
+    )
+    .await
+    .map_err(|e| match &o.database_url {
+        Some(url) => format!("cannot open the store at {url}: {e}"),
+        None => format!("cannot open the store in {}: {e}", o.data_dir.display()),
+    })?;
     // The router learns regions and coverage from the store's regions.
     let mut regions: Vec<types::Region> = store.list("region").await.map_err(|e| e.to_string())?;
     if regions.is_empty() {
@@ -149,8 +161,6 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     ];
     platform_listeners.extend(l.dns.map(|a| (a, "the router's DNS".to_string())));
     platform_listeners.extend(l.http.map(|a| (a, "the router's HTTP routing".to_string())));
-    let vim = vim::LocalVim::new(o.cache_binary.clone(), &o.data_dir)
-        .map_err(|e| format!("cannot start the local VIM: {e}"))?;
     let cfg = ControlConfig {
         data_dir: o.data_dir.clone(),
         operator_token: operator_token.clone(),

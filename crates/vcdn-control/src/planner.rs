@@ -339,6 +339,7 @@ pub fn place_more(
                 pid: None,
                 cpu_limit: String::new(),
                 started_at: now,
+                nonce: String::new(),
             })
         })
         .collect()

@@ -2,8 +2,17 @@
 //! PostgreSQL when a URL is given. Resources are JSON documents by kind and
 //! id (the API's own shapes, so both engines hold the same thing); events
 //! are an append-only table.
+//!
+//! A store knows who it is: an install id written when it is created (the
+//! `meta` table) and kept in the data directory (`store-id`). Every
+//! operation checks that the database is still the one opened (SQLite: the
+//! file's device and inode; both: the install id), so a store removed or
+//! replaced while `vcdn up` runs is reported and never written to, and a
+//! data directory whose store went missing does not start afresh unless
+//! the operator says so.
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
@@ -19,12 +28,54 @@ pub enum StoreError {
     Postgres(#[from] tokio_postgres::Error),
     #[error("stored {0} {1} is not valid: {2}")]
     Corrupt(String, String, serde_json::Error),
+    /// The store is not the one opened any more; nothing is written to it.
+    #[error("the store is unavailable: {0}; restart vcdn up once it is restored (see --reinitialise-store)")]
+    Lost(String),
+    /// Opening it would silently start afresh.
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
 }
 
-pub enum Store {
+impl StoreError {
+    /// Whether the store was removed or replaced under the control plane.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, StoreError::Lost(_))
+    }
+}
+
+enum Db {
     Sqlite(Mutex<rusqlite::Connection>),
     Postgres(tokio_postgres::Client),
 }
+
+pub struct Store {
+    db: Db,
+    /// Written when the store was created; checked on every operation.
+    install_id: String,
+    /// SQLite: the database file and its (device, inode) when opened.
+    file: Option<(PathBuf, (u64, u64))>,
+    /// Why the store cannot be trusted any more (once lost, lost until a
+    /// restart: a file put back meanwhile may not hold what was written).
+    lost: Mutex<Option<String>>,
+}
+
+/// How to open the store at start.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// PostgreSQL URL; SQLite in the data directory without one.
+    pub database_url: Option<String>,
+    /// Accept the database as found (a new one if missing or empty) even
+    /// though the data directory says another store was there, or instance
+    /// processes of this data directory still run.
+    pub reinitialise: bool,
+    /// Pids of instance processes of this data directory that run now.
+    pub running_instances: Vec<u32>,
+}
+
+/// The data directory's record of its store's install id.
+const MARKER: &str = "store-id";
 
 const SCHEMA_SQLITE: &str = "
 PRAGMA journal_mode = WAL;
@@ -32,51 +83,161 @@ PRAGMA synchronous = NORMAL;
 CREATE TABLE IF NOT EXISTS docs (kind TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (kind, id));
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, service TEXT NOT NULL, at_ms INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_service ON events (service, seq);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 ";
 
 const SCHEMA_POSTGRES: &str = "
 CREATE TABLE IF NOT EXISTS docs (kind TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (kind, id));
 CREATE TABLE IF NOT EXISTS events (seq BIGSERIAL PRIMARY KEY, service TEXT NOT NULL, at_ms BIGINT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_service ON events (service, seq);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 ";
 
-impl Store {
-    /// `vcdn.sqlite` in `dir` (created if missing).
-    pub fn sqlite(dir: &Path) -> Result<Store, StoreError> {
-        let conn = rusqlite::Connection::open(dir.join("vcdn.sqlite"))?;
-        conn.execute_batch(SCHEMA_SQLITE)?;
-        Ok(Store::Sqlite(Mutex::new(conn)))
-    }
+fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
+    let m = std::fs::metadata(path)?;
+    Ok((m.dev(), m.ino()))
+}
 
-    /// A PostgreSQL database, e.g. `postgresql://vcdn@127.0.0.1:5432/vcdn`.
-    pub async fn postgres(url: &str) -> Result<Store, StoreError> {
-        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::error!(error = %e, "PostgreSQL connection lost");
+impl Store {
+    /// The store of `data_dir`, checked against the data directory's
+    /// marker: a store created here before must still be there.
+    pub async fn open(data_dir: &Path, o: &OpenOptions) -> Result<Store, StoreError> {
+        let db = match &o.database_url {
+            Some(url) => Db::postgres(url).await?,
+            None => Db::sqlite(data_dir)?,
+        };
+        let marker_path = data_dir.join(MARKER);
+        let marker = std::fs::read_to_string(&marker_path)
+            .ok()
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty());
+        let found = db.meta("install_id").await?;
+        let docs = db.count_docs().await?;
+        let what = match &o.database_url {
+            Some(_) => "the PostgreSQL database".to_string(),
+            None => format!("{}", data_dir.join("vcdn.sqlite").display()),
+        };
+        let refuse = |m: String| {
+            Err(StoreError::Refused(format!(
+                "{m}; start with --reinitialise-store to accept {what} as it is (instances no record owns are then stopped)"
+            )))
+        };
+        let install_id = match (found, &marker) {
+            (Some(id), Some(m)) if *m != id && !o.reinitialise => {
+                return refuse(format!(
+                    "{what} is install {id}, but this data directory's store is install {m}: the database was replaced"
+                ))
             }
-        });
-        client.batch_execute(SCHEMA_POSTGRES).await?;
-        Ok(Store::Postgres(client))
+            (Some(id), _) => id,
+            (None, Some(m)) if !o.reinitialise => {
+                return refuse(format!(
+                    "this data directory had a store (install {m}), but {what} is missing or empty"
+                ))
+            }
+            (None, None) if docs == 0 && !o.running_instances.is_empty() && !o.reinitialise => {
+                return refuse(format!(
+                    "{what} is new, but {} cache instances of this data directory still run (pids {:?}): their records are gone",
+                    o.running_instances.len(),
+                    o.running_instances
+                ))
+            }
+            (None, _) => {
+                // New, or written before stores had an identity.
+                let id = format!("st-{}", crate::control::random_hex(8));
+                db.set_meta("install_id", &id).await?;
+                tracing::info!(install_id = %id, documents = docs, "store identity created");
+                id
+            }
+        };
+        if marker.as_deref() != Some(install_id.as_str()) {
+            std::fs::write(&marker_path, format!("{install_id}\n"))
+                .map_err(|e| StoreError::Io(marker_path.clone(), e))?;
+        }
+        let file = match &db {
+            Db::Sqlite(_) => {
+                let p = data_dir.join("vcdn.sqlite");
+                let id = file_id(&p).map_err(|e| StoreError::Io(p.clone(), e))?;
+                Some((p, id))
+            }
+            Db::Postgres(_) => None,
+        };
+        Ok(Store {
+            db,
+            install_id,
+            file,
+            lost: Mutex::new(None),
+        })
     }
 
     pub fn engine(&self) -> &'static str {
-        match self {
-            Store::Sqlite(_) => "sqlite",
-            Store::Postgres(_) => "postgresql",
+        match self.db {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres(_) => "postgresql",
         }
+    }
+
+    /// The id written when this store was created.
+    pub fn install_id(&self) -> &str {
+        &self.install_id
+    }
+
+    /// Whether the store is still the one opened; why not, if not.
+    pub async fn health(&self) -> Result<(), StoreError> {
+        self.check().await
+    }
+
+    /// Checks, before each operation, that the database is the one opened.
+    async fn check(&self) -> Result<(), StoreError> {
+        if let Some(why) = self.lost.lock().clone() {
+            return Err(StoreError::Lost(why));
+        }
+        let why = match &self.file {
+            Some((path, id)) => match file_id(path) {
+                Err(_) => Some(format!("the database file {} was removed", path.display())),
+                Ok(now) if now != *id => Some(format!(
+                    "the database file {} was replaced by another file",
+                    path.display()
+                )),
+                Ok(_) => None,
+            },
+            None => None,
+        };
+        let why = match why {
+            Some(w) => Some(w),
+            None => match self.db.meta("install_id").await? {
+                Some(id) if id == self.install_id => None,
+                Some(id) => Some(format!(
+                    "the database is now install {id}, not {}: it was replaced",
+                    self.install_id
+                )),
+                None => Some(format!(
+                    "the database no longer holds install id {}: it was emptied or replaced",
+                    self.install_id
+                )),
+            },
+        };
+        let Some(why) = why else {
+            return Ok(());
+        };
+        let mut lost = self.lost.lock();
+        if lost.is_none() {
+            tracing::error!(reason = %why, "the store was removed or replaced while running; refusing writes");
+            *lost = Some(why.clone());
+        }
+        Err(StoreError::Lost(why))
     }
 
     pub async fn put<T: Serialize>(&self, kind: &str, id: &str, v: &T) -> Result<(), StoreError> {
         let body = serde_json::to_string(v).expect("resources serialize");
-        match self {
-            Store::Sqlite(c) => {
+        self.check().await?;
+        match &self.db {
+            Db::Sqlite(c) => {
                 c.lock().execute(
                     "INSERT INTO docs (kind, id, body) VALUES (?1, ?2, ?3) ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body",
                     (kind, id, &body),
                 )?;
             }
-            Store::Postgres(c) => {
+            Db::Postgres(c) => {
                 c.execute(
                     "INSERT INTO docs (kind, id, body) VALUES ($1, $2, $3) ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body",
                     &[&kind, &id, &body],
@@ -92,8 +253,9 @@ impl Store {
         kind: &str,
         id: &str,
     ) -> Result<Option<T>, StoreError> {
-        let body: Option<String> = match self {
-            Store::Sqlite(c) => {
+        self.check().await?;
+        let body: Option<String> = match &self.db {
+            Db::Sqlite(c) => {
                 let c = c.lock();
                 let mut st =
                     c.prepare_cached("SELECT body FROM docs WHERE kind = ?1 AND id = ?2")?;
@@ -103,7 +265,7 @@ impl Store {
                     None => None,
                 }
             }
-            Store::Postgres(c) => c
+            Db::Postgres(c) => c
                 .query_opt(
                     "SELECT body FROM docs WHERE kind = $1 AND id = $2",
                     &[&kind, &id],
@@ -119,15 +281,16 @@ impl Store {
 
     /// Every document of a kind, by id.
     pub async fn list<T: DeserializeOwned>(&self, kind: &str) -> Result<Vec<T>, StoreError> {
-        let rows: Vec<(String, String)> = match self {
-            Store::Sqlite(c) => {
+        self.check().await?;
+        let rows: Vec<(String, String)> = match &self.db {
+            Db::Sqlite(c) => {
                 let c = c.lock();
                 let mut st =
                     c.prepare_cached("SELECT id, body FROM docs WHERE kind = ?1 ORDER BY id")?;
                 let rows = st.query_map([kind], |r| Ok((r.get(0)?, r.get(1)?)))?;
                 rows.collect::<Result<_, _>>()?
             }
-            Store::Postgres(c) => c
+            Db::Postgres(c) => c
                 .query(
                     "SELECT id, body FROM docs WHERE kind = $1 ORDER BY id",
                     &[&kind],
@@ -146,13 +309,14 @@ impl Store {
 
     /// Whether it was there.
     pub async fn delete(&self, kind: &str, id: &str) -> Result<bool, StoreError> {
-        Ok(match self {
-            Store::Sqlite(c) => {
+        self.check().await?;
+        Ok(match &self.db {
+            Db::Sqlite(c) => {
                 c.lock()
                     .execute("DELETE FROM docs WHERE kind = ?1 AND id = ?2", (kind, id))?
                     > 0
             }
-            Store::Postgres(c) => {
+            Db::Postgres(c) => {
                 c.execute(
                     "DELETE FROM docs WHERE kind = $1 AND id = $2",
                     &[&kind, &id],
@@ -171,8 +335,9 @@ impl Store {
         detail: &str,
     ) -> Result<i64, StoreError> {
         let at = at_ms as i64;
-        Ok(match self {
-            Store::Sqlite(c) => {
+        self.check().await?;
+        Ok(match &self.db {
+            Db::Sqlite(c) => {
                 let c = c.lock();
                 c.execute(
                     "INSERT INTO events (service, at_ms, kind, detail) VALUES (?1, ?2, ?3, ?4)",
@@ -180,7 +345,7 @@ impl Store {
                 )?;
                 c.last_insert_rowid()
             }
-            Store::Postgres(c) => c
+            Db::Postgres(c) => c
                 .query_one(
                     "INSERT INTO events (service, at_ms, kind, detail) VALUES ($1, $2, $3, $4) RETURNING seq",
                     &[&service, &at, &kind, &detail],
@@ -199,8 +364,9 @@ impl Store {
             kind,
             detail,
         };
-        Ok(match self {
-            Store::Sqlite(c) => {
+        self.check().await?;
+        Ok(match &self.db {
+            Db::Sqlite(c) => {
                 let c = c.lock();
                 let mut st = c.prepare_cached(
                     "SELECT seq, at_ms, kind, detail FROM events WHERE service = ?1 AND seq > ?2 ORDER BY seq LIMIT 10000",
@@ -210,7 +376,7 @@ impl Store {
                 })?;
                 rows.collect::<Result<_, _>>()?
             }
-            Store::Postgres(c) => c
+            Db::Postgres(c) => c
                 .query(
                     "SELECT seq, at_ms, kind, detail FROM events WHERE service = $1 AND seq > $2 ORDER BY seq LIMIT 10000",
                     &[&service, &after],
@@ -219,6 +385,72 @@ impl Store {
                 .into_iter()
                 .map(|r| row(service.to_string(), r.get(0), r.get(1), r.get(2), r.get(3)))
                 .collect(),
+        })
+    }
+}
+
+impl Db {
+    fn sqlite(dir: &Path) -> Result<Db, StoreError> {
+        let conn = rusqlite::Connection::open(dir.join("vcdn.sqlite"))?;
+        conn.execute_batch(SCHEMA_SQLITE)?;
+        Ok(Db::Sqlite(Mutex::new(conn)))
+    }
+
+    /// A PostgreSQL database, e.g. `postgresql://vcdn@127.0.0.1:5432/vcdn`.
+    async fn postgres(url: &str) -> Result<Db, StoreError> {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::error!(error = %e, "PostgreSQL connection lost");
+            }
+        });
+        client.batch_execute(SCHEMA_POSTGRES).await?;
+        Ok(Db::Postgres(client))
+    }
+
+    async fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(match self {
+            Db::Sqlite(c) => {
+                let c = c.lock();
+                let mut st = c.prepare_cached("SELECT value FROM meta WHERE key = ?1")?;
+                let mut rows = st.query([key])?;
+                match rows.next()? {
+                    Some(r) => Some(r.get(0)?),
+                    None => None,
+                }
+            }
+            Db::Postgres(c) => c
+                .query_opt("SELECT value FROM meta WHERE key = $1", &[&key])
+                .await?
+                .map(|r| r.get(0)),
+        })
+    }
+
+    async fn set_meta(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        match self {
+            Db::Sqlite(c) => {
+                c.lock().execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (key, value),
+                )?;
+            }
+            Db::Postgres(c) => {
+                c.execute(
+                    "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    &[&key, &value],
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn count_docs(&self) -> Result<i64, StoreError> {
+        Ok(match self {
+            Db::Sqlite(c) => c
+                .lock()
+                .query_row("SELECT COUNT(*) FROM docs", [], |r| r.get(0))?,
+            Db::Postgres(c) => c.query_one("SELECT COUNT(*) FROM docs", &[]).await?.get(0),
         })
     }
 }
@@ -233,7 +465,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         {
-            let s = Store::sqlite(&dir).unwrap();
+            let s = Store::open(&dir, &OpenOptions::default()).await.unwrap();
             s.put("thing", "b", &serde_json::json!({"n": 2}))
                 .await
                 .unwrap();
@@ -246,7 +478,7 @@ mod tests {
             assert_eq!(s.add_event("svc", 5, "deployed", "ok").await.unwrap(), 1);
             assert_eq!(s.add_event("svc", 6, "healed", "pid 1").await.unwrap(), 2);
         }
-        let s = Store::sqlite(&dir).unwrap();
+        let s = Store::open(&dir, &OpenOptions::default()).await.unwrap();
         let all: Vec<serde_json::Value> = s.list("thing").await.unwrap();
         assert_eq!(
             all,

@@ -27,6 +27,37 @@ const SCALE_IN_AFTER_OUT: Duration = Duration::from_secs(30);
 /// Longest time a scaled-in instance keeps serving its viewers.
 const DRAIN: Duration = Duration::from_secs(60);
 
+/// An instance that ran this long after a launch is taken for healthy:
+/// its next crash is relaunched at once.
+const STABLE: Duration = Duration::from_secs(10);
+
+/// Wait before the first relaunch of an instance that keeps failing; it
+/// doubles with each failure in a row up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The relaunches of one instance (supervisor bookkeeping, not stored).
+#[derive(Debug, Clone)]
+pub(crate) struct Relaunch {
+    /// Launches in a row that failed or did not last [`STABLE`].
+    failures: u32,
+    /// When the instance was last launched (or tried).
+    last: Instant,
+    /// The failure count last reported in an event.
+    reported: u32,
+}
+
+/// How long to wait after the last launch before launch number
+/// `failures + 1` of an instance that failed `failures` times in a row.
+pub(crate) fn backoff(failures: u32) -> Duration {
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    BACKOFF_FIRST
+        .saturating_mul(1u32 << (failures - 1).min(16))
+        .min(BACKOFF_MAX)
+}
+
 pub async fn run(c: Arc<Control>) {
     let mut tick = tokio::time::interval(c.cfg.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -84,9 +115,13 @@ impl Control {
         }
     }
 
-    /// Replaces crashed instances; returns how many.
+    /// Replaces crashed instances; returns how many. An instance that
+    /// keeps failing (it cannot start, or dies soon after starting) is
+    /// relaunched after a wait that doubles each time, with an event.
     pub async fn heal(&self) -> usize {
         let mut healed = Vec::new();
+        let mut events = Vec::new();
+        let mut failed = Vec::new();
         {
             let mut services = self.services.lock().await;
             for s in services
@@ -101,49 +136,127 @@ impl Control {
                     .flat_map(|r| r.instances.iter_mut())
                 {
                     if i.state == InstanceState::Draining
-                        || self.vim.alive(&i.id, i.pid, &i.address)
+                        || self.vim.alive(&i.id, i.pid, &i.identity())
                     {
                         continue;
                     }
+                    s.state = ServiceState::Degraded;
+                    let now = Instant::now();
+                    let previous = self
+                        .runtime
+                        .lock()
+                        .get(&s.id)
+                        .and_then(|rt| rt.relaunch.get(&i.id).cloned());
+                    let (failures, reported) = match &previous {
+                        Some(p) if now.duration_since(p.last) < STABLE => {
+                            (p.failures + 1, p.reported)
+                        }
+                        _ => (0, 0),
+                    };
+                    let due = previous
+                        .as_ref()
+                        .map_or(now, |p| p.last + backoff(failures));
+                    if now < due {
+                        if failures > reported {
+                            self.note_relaunch(&s.id, &i.id, |r| r.reported = failures);
+                            events.push((s.id.clone(), "relaunch_failed", format!(
+                                "instance {} exited {:.1} s after its launch ({failures} failures in a row); next attempt in {:.1} s",
+                                i.id,
+                                previous.as_ref().map_or(0.0, |p| now.duration_since(p.last).as_secs_f64()),
+                                due.duration_since(now).as_secs_f64()
+                            )));
+                        }
+                        continue;
+                    }
                     let old = i.pid;
-                    let t0 = Instant::now();
+                    let record = Relaunch {
+                        failures,
+                        last: now,
+                        reported,
+                    };
+                    self.runtime
+                        .lock()
+                        .entry(s.id.clone())
+                        .or_default()
+                        .relaunch
+                        .insert(i.id.clone(), record);
                     match self.launch(&snapshot, i) {
-                        Ok(()) => healed.push((
-                            s.id.clone(),
-                            i.id.clone(),
-                            i.admin.clone(),
-                            old,
-                            i.pid,
-                            t0,
-                        )),
+                        Ok(()) => healed.push((s.id.clone(), i.clone(), old, now)),
                         Err(e) => {
-                            tracing::error!(service = %s.id, instance = %i.id, error = %e, "cannot replace instance")
+                            tracing::error!(service = %s.id, instance = %i.id, error = %e, "cannot replace instance");
+                            let was = i.state;
+                            i.state = InstanceState::Failed;
+                            i.pid = None;
+                            if was != InstanceState::Failed {
+                                failed.push(s.id.clone());
+                            }
+                            self.note_relaunch(&s.id, &i.id, |r| r.reported = failures + 1);
+                            events.push((
+                                s.id.clone(),
+                                "relaunch_failed",
+                                format!(
+                                    "instance {}: {e}; next attempt in {:.1} s",
+                                    i.id,
+                                    backoff(failures + 1).as_secs_f64()
+                                ),
+                            ));
                         }
                     }
-                    s.state = ServiceState::Degraded;
+                }
+            }
+        }
+        for (sid, kind, detail) in events {
+            self.event(&sid, kind, &detail).await;
+        }
+        failed.dedup();
+        for sid in failed {
+            // Out of the router: whatever answers on its address is not it.
+            if let Ok(s) = self.find(&sid, None).await {
+                self.persist(&s).await;
+                if let Err(e) = self.cfg.router.put(&s).await {
+                    tracing::warn!(service = %sid, error = %e, "router update failed");
                 }
             }
         }
         let n = healed.len();
-        for (sid, iid, admin, old, new, t0) in healed {
+        for (sid, i, old, t0) in healed {
             self.metrics.healed.fetch_add(1, Ordering::Relaxed);
-            let ready = deployer::wait_ready(&[(iid.clone(), admin)], Duration::from_secs(5)).await;
+            let ready =
+                deployer::wait_ready(std::slice::from_ref(&i), Duration::from_secs(5)).await;
             let ms = t0.elapsed().as_secs_f64() * 1000.0;
             self.settle(&sid).await;
+            if let Ok(s) = self.find(&sid, None).await {
+                if let Err(e) = self.cfg.router.put(&s).await {
+                    tracing::warn!(service = %sid, error = %e, "router update failed");
+                }
+            }
             let detail = match ready {
                 Ok(()) => format!(
-                    "instance {iid} (pid {}) was gone; replaced by pid {} serving after {ms:.1} ms",
+                    "instance {} (pid {}) was gone; replaced by pid {} serving after {ms:.1} ms",
+                    i.id,
                     fmt_pid(old),
-                    fmt_pid(new)
+                    fmt_pid(i.pid)
                 ),
                 Err(e) => format!(
-                    "instance {iid} (pid {}) was gone; replacement not ready: {e}",
+                    "instance {} (pid {}) was gone; replacement not ready: {e}",
+                    i.id,
                     fmt_pid(old)
                 ),
             };
             self.event(&sid, "healed", &detail).await;
         }
         n
+    }
+
+    fn note_relaunch(&self, sid: &str, iid: &str, f: impl FnOnce(&mut Relaunch)) {
+        if let Some(r) = self
+            .runtime
+            .lock()
+            .get_mut(sid)
+            .and_then(|rt| rt.relaunch.get_mut(iid))
+        {
+            f(r);
+        }
     }
 
     /// Marks instances that answer as running, and the service active when
@@ -157,12 +270,9 @@ impl Control {
         for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
             ready.insert(
                 i.id.clone(),
-                deployer::wait_ready(
-                    &[(i.id.clone(), i.admin.clone())],
-                    Duration::from_millis(300),
-                )
-                .await
-                .is_ok(),
+                deployer::wait_ready(std::slice::from_ref(i), Duration::from_millis(300))
+                    .await
+                    .is_ok(),
             );
         }
         let mut services = self.services.lock().await;
@@ -217,7 +327,9 @@ impl Control {
                     .collect(),
                 services
                     .values()
-                    .filter(|s| s.state.live() && now >= s.lease_end)
+                    .filter(|s| {
+                        s.state.live() && s.state != ServiceState::Deleting && now >= s.lease_end
+                    })
                     .map(|s| s.id.clone())
                     .collect(),
             )
@@ -286,7 +398,10 @@ impl Control {
                         .await
                         .ok()
                         .filter(|r| r.status() == 200)
-                        .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok()),
+                        .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+                        // Another process on its address is not it: its
+                        // counters are not this instance's usage.
+                        .filter(|v| v["instance_id"].as_str() == Some(i.identity().as_str())),
                         Err(_) => None,
                     };
                     let mut rt = self.runtime.lock();
@@ -540,11 +655,11 @@ impl Control {
             &mut || format!("i-{}", random_hex(5)),
             now_s(),
         )?;
-        let snapshot = s.clone();
         for i in &mut added {
-            self.launch(&snapshot, i)?;
+            i.nonce = random_hex(8);
         }
-        let rg = s
+        let mut grown = s.clone();
+        let rg = grown
             .graph
             .regions
             .iter_mut()
@@ -553,14 +668,23 @@ impl Control {
         let before = rg.instances.len();
         rg.instances.extend(added.iter().cloned());
         let after = rg.instances.len();
+        // Recorded before the processes start (see `Control::create`).
+        self.store.put("service", id, &grown).await?;
+        *s = grown;
+        let snapshot = s.clone();
+        for i in s
+            .graph
+            .regions
+            .iter_mut()
+            .flat_map(|r| r.instances.iter_mut())
+            .filter(|i| added.iter().any(|a| a.id == i.id))
+        {
+            self.launch(&snapshot, i)?;
+        }
         let snap = s.clone();
         drop(services);
         self.persist(&snap).await;
-        let admins: Vec<(String, String)> = added
-            .iter()
-            .map(|i| (i.id.clone(), i.admin.clone()))
-            .collect();
-        deployer::wait_ready(&admins, Duration::from_secs(5))
+        deployer::wait_ready(&added, Duration::from_secs(5))
             .await
             .map_err(ControlError::Deploy)?;
         self.settle(id).await;
@@ -694,42 +818,135 @@ impl Control {
         .await;
     }
 
-    /// After a restart: adopt instances that still run and answer, start
-    /// the others again, and give the router every live service.
+    /// After a restart, before the API and the supervisor run: make the
+    /// processes match the records.
+    ///
+    /// - Every instance process this control plane started (the VIM's
+    ///   marks) that no live record owns by its identity is stopped: a
+    ///   process started for an order that was never recorded, or left by a
+    ///   delete cut short, must not hold an address another service gets.
+    /// - A delete cut short is finished (`deleting` → `deleted`).
+    /// - An order cut short (`deploying`) is finished, not undone: its
+    ///   intent was recorded before any process started, so its instances
+    ///   are adopted or started like those of an active service.
+    /// - Instances that still run and prove their identity are adopted;
+    ///   the others are started again. The router gets every live service.
     pub async fn reconcile(&self) {
-        let ids: Vec<String> = self
-            .services
-            .lock()
+        let vim = self.vim.clone();
+        let marked = tokio::task::spawn_blocking(move || vim.marked())
             .await
-            .values()
-            .filter(|s| {
-                matches!(
-                    s.state,
-                    ServiceState::Active | ServiceState::Degraded | ServiceState::Deploying
-                )
+            .unwrap_or_default();
+        let (owners, deleting) = {
+            let services = self.services.lock().await;
+            let owners: HashMap<String, (String, String)> = services
+                .values()
+                .filter(|s| {
+                    matches!(
+                        s.state,
+                        ServiceState::Active | ServiceState::Degraded | ServiceState::Deploying
+                    )
+                })
+                .flat_map(|s| {
+                    s.graph
+                        .regions
+                        .iter()
+                        .flat_map(|r| &r.instances)
+                        .filter(|i| !i.nonce.is_empty())
+                        .map(|i| (i.identity(), (s.id.clone(), i.id.clone())))
+                })
+                .collect();
+            let deleting: Vec<String> = services
+                .values()
+                .filter(|s| s.state == ServiceState::Deleting)
+                .map(|s| s.id.clone())
+                .collect();
+            (owners, deleting)
+        };
+        let mut found: HashMap<String, u32> = HashMap::new();
+        let mut strays = Vec::new();
+        for m in marked {
+            if owners.contains_key(&m.identity) && !found.contains_key(&m.identity) {
+                found.insert(m.identity.clone(), m.pid);
+            } else {
+                strays.push(m);
+            }
+        }
+        if !strays.is_empty() {
+            let list: Vec<String> = strays
+                .iter()
+                .map(|m| format!("pid {} on {} ({})", m.pid, m.listen, m.identity))
+                .collect();
+            tracing::warn!(processes = %list.join(", "), "stopping cache instances no record owns");
+            let vim = self.vim.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                std::thread::scope(|sc| {
+                    for m in &strays {
+                        let vim = &vim;
+                        let id = m.identity.split('.').next().unwrap_or("").to_string();
+                        sc.spawn(move || vim.stop(&id, Some(m.pid)));
+                    }
+                })
             })
-            .map(|s| s.id.clone())
+            .await;
+        }
+        for id in deleting {
+            let n = self
+                .end(&id, ServiceState::Deleted, None)
+                .await
+                .map_or(0, |s| {
+                    s.graph
+                        .regions
+                        .iter()
+                        .map(|r| r.instances.len())
+                        .sum::<usize>()
+                });
+            self.event(
+                &id,
+                "deleted",
+                &format!("delete finished after a control plane restart: {n} instances stopped, reservation freed"),
+            )
+            .await;
+        }
+        let ids: Vec<String> = owners
+            .values()
+            .map(|(sid, _)| sid.clone())
+            .chain(
+                self.services
+                    .lock()
+                    .await
+                    .values()
+                    .filter(|s| {
+                        matches!(
+                            s.state,
+                            ServiceState::Active | ServiceState::Degraded | ServiceState::Deploying
+                        )
+                    })
+                    .map(|s| s.id.clone()),
+            )
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
             .collect();
         for id in ids {
             let s = match self.find(&id, None).await {
                 Ok(s) => s,
                 Err(_) => continue,
             };
-            let mut adopted = 0;
-            let mut recreated = Vec::new();
+            let resumed = s.state == ServiceState::Deploying;
+            let mut adopted = Vec::new();
             for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
-                let answers = deployer::wait_ready(
-                    &[(i.id.clone(), i.admin.clone())],
-                    Duration::from_millis(300),
-                )
-                .await
-                .is_ok();
-                if self.vim.alive(&i.id, i.pid, &i.address) && answers {
-                    adopted += 1;
-                } else {
-                    recreated.push(i.id.clone());
+                let Some(&pid) = found.get(&i.identity()) else {
+                    continue;
+                };
+                let mut i = i.clone();
+                i.pid = Some(pid);
+                if deployer::wait_ready(std::slice::from_ref(&i), Duration::from_millis(300))
+                    .await
+                    .is_ok()
+                {
+                    adopted.push((i.id.clone(), pid));
                 }
             }
+            let mut recreated = 0;
             {
                 let mut services = self.services.lock().await;
                 if let Some(live) = services.get_mut(&id) {
@@ -740,18 +957,28 @@ impl Control {
                         .iter_mut()
                         .flat_map(|r| r.instances.iter_mut())
                     {
-                        if recreated.contains(&i.id) {
-                            if let Some(pid) = i.pid {
-                                self.vim.stop(&i.id, Some(pid));
-                            }
-                            if let Err(e) = self.launch(&snapshot, i) {
-                                tracing::error!(instance = %i.id, error = %e, "cannot re-create instance");
-                            }
+                        if let Some((_, pid)) = adopted.iter().find(|(a, _)| *a == i.id) {
+                            i.pid = Some(*pid);
+                            continue;
+                        }
+                        // Whatever runs under its identity does not answer:
+                        // stop it, then start it again.
+                        if let Some(pid) = found.get(&i.identity()).copied().or(i.pid) {
+                            self.vim.stop(&i.id, Some(pid));
+                        }
+                        recreated += 1;
+                        if let Err(e) = self.launch(&snapshot, i) {
+                            tracing::error!(instance = %i.id, error = %e, "cannot re-create instance");
+                            i.state = InstanceState::Failed;
+                            i.pid = None;
                         }
                     }
                     if live.state == ServiceState::Deploying {
                         live.state = ServiceState::Degraded;
                     }
+                    let snap = live.clone();
+                    drop(services);
+                    self.persist(&snap).await;
                 }
             }
             self.settle(&id).await;
@@ -762,7 +989,29 @@ impl Control {
             if let Err(e) = self.cfg.router.put(&s).await {
                 tracing::error!(service = %id, error = %e, "cannot configure the router");
             }
-            self.event(&id, "reconciled", &format!("control plane restarted: {adopted} instances adopted, {} re-created, router configured", recreated.len())).await;
+            self.event(
+                &id,
+                "reconciled",
+                &format!(
+                    "control plane restarted{}: {} instances adopted, {recreated} re-created, router configured",
+                    if resumed { " during deployment; deployment finished" } else { "" },
+                    adopted.len()
+                ),
+            )
+            .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relaunches_back_off_exponentially_up_to_a_cap() {
+        let waits: Vec<u128> = (0..9).map(|n| backoff(n).as_millis()).collect();
+        assert_eq!(waits, [0, 200, 400, 800, 1600, 3200, 6400, 12800, 25600]);
+        assert_eq!(backoff(10), BACKOFF_MAX);
+        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
     }
 }

@@ -219,6 +219,9 @@ pub enum ServiceState {
     Failed,
     /// Lease over: torn down, reservation freed.
     Expired,
+    /// Being deleted: recorded before its processes are stopped, so a
+    /// control plane that dies meanwhile finishes the delete at start.
+    Deleting,
     /// Deleted by the customer: torn down, reservation freed.
     Deleted,
 }
@@ -232,6 +235,7 @@ impl ServiceState {
                 | ServiceState::Deploying
                 | ServiceState::Active
                 | ServiceState::Degraded
+                | ServiceState::Deleting
         )
     }
 }
@@ -296,6 +300,11 @@ pub struct Instance {
     #[serde(default)]
     pub cpu_limit: String,
     pub started_at: u64,
+    /// Random, given when the instance is planned: the process proves it
+    /// is this instance by answering `/healthz` with [`Instance::identity`]
+    /// (a stray or another service's cache on the address cannot).
+    #[serde(default)]
+    pub nonce: String,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -310,6 +319,12 @@ pub enum InstanceState {
 }
 
 impl Instance {
+    /// What the instance's process is started with (`vcdn cache
+    /// --instance-id`) and answers in `/healthz`.
+    pub fn identity(&self) -> String {
+        format!("{}.{}", self.id, self.nonce)
+    }
+
     /// Counts as capacity of the service (not leaving, not failed).
     pub fn serving(&self) -> bool {
         matches!(self.state, InstanceState::Starting | InstanceState::Running)

@@ -15,6 +15,9 @@ use parking_lot::Mutex;
 #[derive(Debug, Clone)]
 pub struct InstanceSpec {
     pub id: String,
+    /// What the process is started with and proves in `/healthz`
+    /// ([`crate::types::Instance::identity`]).
+    pub identity: String,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub admin_token: String,
@@ -41,6 +44,18 @@ pub struct Started {
 pub enum VimError {
     #[error("cannot start instance {0}: {1}")]
     Spawn(String, std::io::Error),
+    #[error("cannot start instance {0}: address {1} is already in use by another process")]
+    AddressInUse(String, SocketAddr),
+}
+
+/// A process this VIM started for this control plane (found by the marks
+/// it gives them), whether or not a record still knows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marked {
+    pub pid: u32,
+    /// Its `--instance-id` ([`crate::types::Instance::identity`]).
+    pub identity: String,
+    pub listen: String,
 }
 
 /// A virtualized infrastructure manager. Drivers start and stop instances
@@ -49,11 +64,17 @@ pub enum VimError {
 pub trait Vim: Send + Sync {
     fn name(&self) -> &'static str;
     fn start(&self, spec: &InstanceSpec) -> Result<Started, VimError>;
-    /// Stops it (gracefully, then by force) and frees what it held.
+    /// Stops it (gracefully, then by force) and frees what it held. A
+    /// `pid` that is not this instance's process is left alone.
     fn stop(&self, id: &str, pid: Option<u32>);
     /// Whether the instance runs (an adopted one is recognised by its pid
-    /// and its listen address on the command line).
-    fn alive(&self, id: &str, pid: Option<u32>, listen: &str) -> bool;
+    /// and its identity on the command line).
+    fn alive(&self, id: &str, pid: Option<u32>, identity: &str) -> bool;
+    /// Every instance process this VIM started for this control plane
+    /// (this data directory) that still runs, known or not.
+    fn marked(&self) -> Vec<Marked> {
+        Vec::new()
+    }
 }
 
 /// How the local driver limits an instance's CPU.
@@ -67,11 +88,19 @@ enum CpuControl {
     Affinity,
 }
 
+/// The environment variable that marks an instance process as started by
+/// the control plane of one data directory (its canonical path): how a
+/// restarted control plane finds the processes it started, and never
+/// touches anyone else's.
+pub const MARK: &str = "VCDN_CONTROL_DATA_DIR";
+
 /// Instances as processes of this host: `vcdn cache` bound to the
 /// instance's loopback address, CPU limited by cgroup quota where the host
-/// allows and by CPU affinity otherwise, output in `logs/`.
+/// allows and by CPU affinity otherwise, output in `logs/`. Each carries
+/// `--instance-id` and the [`MARK`] of this data directory.
 pub struct LocalVim {
     binary: PathBuf,
+    mark: String,
     logs: PathBuf,
     cpu: CpuControl,
     children: Mutex<HashMap<String, Child>>,
@@ -84,8 +113,12 @@ impl LocalVim {
         std::fs::create_dir_all(&logs)?;
         let cpu = detect_cpu_control();
         tracing::info!(cpu = ?cpu, binary = %binary.display(), "local VIM ready");
+        let mark = std::fs::canonicalize(data_dir)?
+            .to_string_lossy()
+            .into_owned();
         Ok(LocalVim {
             binary,
+            mark,
             logs,
             cpu,
             children: Mutex::new(HashMap::new()),
@@ -183,6 +216,14 @@ impl Vim for LocalVim {
 
     fn start(&self, spec: &InstanceSpec) -> Result<Started, VimError> {
         let err = |e| VimError::Spawn(spec.id.clone(), e);
+        // Said here, not found in a log after the process died of it.
+        for a in [spec.listen, spec.admin] {
+            if let Err(e) = std::net::TcpListener::bind(a) {
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    return Err(VimError::AddressInUse(spec.id.clone(), a));
+                }
+            }
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -203,6 +244,8 @@ impl Vim for LocalVim {
             .arg("--threads")
             .arg(spec.vcpus.max(1).to_string())
             .args(origin_policy_args(spec))
+            .arg("--instance-id")
+            .arg(&spec.identity)
             .env("VCDN_ADMIN_TOKEN", &spec.admin_token)
             .stdin(Stdio::null())
             .stdout(log)
@@ -215,6 +258,7 @@ impl Vim for LocalVim {
                 cmd.env_remove(k);
             }
         }
+        cmd.env(MARK, &self.mark);
         // SAFETY: only async-signal-safe calls (open, write, close,
         // sched_setaffinity) on data prepared before the fork.
         unsafe {
@@ -247,7 +291,7 @@ impl Vim for LocalVim {
         if let Some(pid) = child.as_ref().map(|c| c.id()).or(pid) {
             let mut running = || match &mut child {
                 Some(c) => matches!(c.try_wait(), Ok(None)),
-                None => process_matches(pid, None),
+                None => read_process(pid).is_some_and(|p| p.is_instance(id)),
             };
             if running() {
                 // SAFETY: signalling a process id.
@@ -276,11 +320,31 @@ impl Vim for LocalVim {
         }
     }
 
-    fn alive(&self, id: &str, pid: Option<u32>, listen: &str) -> bool {
+    fn alive(&self, id: &str, pid: Option<u32>, identity: &str) -> bool {
         if let Some(c) = self.children.lock().get_mut(id) {
             return matches!(c.try_wait(), Ok(None));
         }
-        pid.is_some_and(|p| process_matches(p, Some(listen)))
+        pid.and_then(read_process)
+            .is_some_and(|p| p.flag("--instance-id") == Some(identity))
+    }
+
+    fn marked(&self) -> Vec<Marked> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let me = std::process::id();
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| pid != me)
+            .filter_map(read_process)
+            .filter(|p| p.args.get(1).map(String::as_str) == Some("cache"))
+            .filter(|p| p.env(MARK) == Some(self.mark.as_str()))
+            .map(|p| Marked {
+                pid: p.pid,
+                identity: p.flag("--instance-id").unwrap_or_default().to_string(),
+                listen: p.flag("--listen").unwrap_or_default().to_string(),
+            })
+            .collect()
     }
 }
 
@@ -294,23 +358,52 @@ fn origin_policy_args(spec: &InstanceSpec) -> Vec<String> {
     }
 }
 
-/// Whether `pid` runs (not a zombie) and, if given, has `needle` among its
-/// arguments.
-fn process_matches(pid: u32, needle: Option<&str>) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rsplit(')')
-        .next()
-        .and_then(|s| s.split_whitespace().next());
+/// A running process as `/proc` shows it.
+struct Process {
+    pid: u32,
+    args: Vec<String>,
+    environ: Vec<u8>,
+}
+
+impl Process {
+    fn flag(&self, name: &str) -> Option<&str> {
+        self.args
+            .windows(2)
+            .find(|w| w[0] == name)
+            .map(|w| w[1].as_str())
+    }
+
+    fn env(&self, name: &str) -> Option<&str> {
+        self.environ.split(|&b| b == 0).find_map(|kv| {
+            let v = kv.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+            std::str::from_utf8(v).ok()
+        })
+    }
+
+    /// Whether it is the `vcdn cache` of instance `id` (one started before
+    /// instances carried an id is recognised as a `vcdn cache` only).
+    fn is_instance(&self, id: &str) -> bool {
+        self.args.get(1).map(String::as_str) == Some("cache")
+            && self.flag("--instance-id").is_none_or(|i| {
+                i.strip_prefix(id)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            })
+    }
+}
+
+/// The process `pid` if it runs (not a zombie) and its command line can be
+/// read (its environment too when it is ours to read).
+fn read_process(pid: u32) -> Option<Process> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat.rsplit(')').next()?.split_whitespace().next();
     if matches!(state, Some("Z") | Some("X") | None) {
-        return false;
+        return None;
     }
-    match needle {
-        None => true,
-        Some(n) => std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|c| c.split(|&b| b == 0).any(|a| a == n.as_bytes()))
-            .unwrap_or(false),
-    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args = cmdline
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    Some(Process { pid, args, environ })
 }

@@ -66,10 +66,24 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let origin = l.local_addr().map_err(|e| e.to_string())?;
         tokio::spawn(vcdn_origin::run(l));
-        let spec = InstanceSpec {
+        let instance = vcdn_control::types::Instance {
             id: format!("calibrate-{}", std::process::id()),
-            listen: free_addr()?,
-            admin: free_addr()?,
+            host: "local".into(),
+            address: free_addr()?.to_string(),
+            admin: free_addr()?.to_string(),
+            vcpus: 1,
+            memory_mib: 2048,
+            state: vcdn_control::types::InstanceState::Starting,
+            pid: None,
+            cpu_limit: String::new(),
+            started_at: 0,
+            nonce: vcdn_control::control::random_hex(8),
+        };
+        let spec = InstanceSpec {
+            id: instance.id.clone(),
+            identity: instance.identity(),
+            listen: instance.address.parse().map_err(|e| format!("{e}"))?,
+            admin: instance.admin.parse().map_err(|e| format!("{e}"))?,
             admin_token: vcdn_control::control::random_hex(16),
             upstream: format!("http://{origin}"),
             origin_policy: String::new(),
@@ -83,7 +97,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             spec.listen, a.cpus, started.cpu_limit
         );
         let ready = vcdn_control::deployer::wait_ready(
-            &[(spec.id.clone(), spec.admin.to_string())],
+            std::slice::from_ref(&instance),
             Duration::from_secs(5),
         )
         .await;

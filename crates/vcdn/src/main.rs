@@ -109,6 +109,10 @@ struct CacheArgs {
     /// Bearer token the control API requires.
     #[arg(long, env = "VCDN_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Who this process is to the control plane that started it (shown in
+    /// /healthz and /stats).
+    #[arg(long, env = "VCDN_INSTANCE_ID")]
+    instance_id: Option<String>,
     /// Memory tier size, e.g. 256M [default: 256M].
     #[arg(long, env = "VCDN_MEMORY", value_parser = parse_size)]
     memory: Option<u64>,
@@ -278,6 +282,9 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     }
     if a.admin_token.is_some() {
         c.admin_token = a.admin_token;
+    }
+    if a.instance_id.is_some() {
+        c.instance_id = a.instance_id;
     }
     if let Some(v) = a.memory {
         c.memory = v;

@@ -42,6 +42,12 @@ pub struct UpArgs {
     /// small vCPUs with a fraction; calibrate with the same share).
     #[arg(long, default_value_t = 1.0, env = "VCDN_VCPU_SHARE")]
     vcpu_share: f64,
+    /// Start even though the data directory's store is missing, emptied or
+    /// replaced, or cache instances of this data directory run with no
+    /// record: the database is taken as found (new if missing) and those
+    /// instances are stopped.
+    #[arg(long)]
+    reinitialise_store: bool,
     /// Also run a demo origin and make a demo customer.
     #[arg(long)]
     demo: bool,
@@ -84,6 +90,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
             instance_port: a.instance_port,
             admin_port: a.instance_admin_port,
             vcpu_share: a.vcpu_share,
+            reinitialise_store: a.reinitialise_store,
         })
         .await?;
         let api = format!("http://{}", up.api);

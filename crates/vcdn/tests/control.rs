@@ -750,14 +750,14 @@ struct Postgres {
 }
 
 impl Postgres {
-    fn start() -> Postgres {
+    fn start(name: &str) -> Postgres {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .expect("PostgreSQL is installed (scripts/test.sh installs it)")
             .flatten()
             .map(|e| e.path().join("bin"))
             .find(|p| p.join("initdb").exists())
             .expect("initdb in /usr/lib/postgresql/*/bin");
-        let dir = tempdir("control-pg");
+        let dir = tempdir(name);
         let data = dir.join("data");
         let port = free_port();
         let as_pg = |args: &[&str]| {
@@ -840,7 +840,7 @@ impl Drop for Postgres {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgresql_keeps_the_state_across_a_restart() {
-    let pg = Postgres::start();
+    let pg = Postgres::start("control-pg");
     let url = format!("postgresql://postgres@127.0.0.1:{}/vcdn", pg.port);
     let mut up = Up::start("control-postgres", &["--database-url", &url]);
     let r = client::request(up.api, "GET", "/healthz", &[], b"", Duration::from_secs(5))
@@ -1545,4 +1545,68 @@ async fn origins_on_the_platform_or_private_networks_are_refused() {
         )
         .await;
     assert_eq!(st, 422);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_store_emptied_while_running_is_reported_and_not_started_afresh() {
+    let pg = Postgres::start("control-pg-lost-db");
+    let url = format!("postgresql://postgres@127.0.0.1:{}/vcdn", pg.port);
+    let mut up = Up::start("control-pg-lost", &["--database-url", &url]);
+    let healthz = |api| async move {
+        let r = client::request(api, "GET", "/healthz", &[], b"", Duration::from_secs(5))
+            .await
+            .unwrap();
+        (r.status(), r.text())
+    };
+    assert_eq!(healthz(up.api).await.0, 200);
+    // Someone empties the database under the running control plane.
+    let out = Command::new(pg.bin.join("psql"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "vcdn",
+        ])
+        .args(["-c", "TRUNCATE docs, events, meta"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (st, text) = healthz(up.api).await;
+    assert_eq!(st, 503, "{text}");
+    assert!(text.contains("emptied or replaced"), "{text}");
+    let (st, v, ct) = up
+        .call(OP, "POST", "/v1/customers", Some(json!({"name": "late"})))
+        .await;
+    assert_eq!((st, ct.as_str()), (503, "application/problem+json"), "{v}");
+    // A restart refuses to take the empty database for a fresh install.
+    up.stop();
+    let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(["up", "--database-url", &url, "--data-dir"])
+        .arg(&up.dir)
+        .args([
+            "--api",
+            "127.0.0.1:0",
+            "--dns",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .args(["--router-admin", "127.0.0.1:0", "--operator-token", OP])
+        .env("VCDN_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("missing or empty") && err.contains("--reinitialise-store"),
+        "{err}"
+    );
 }

@@ -1,0 +1,728 @@
+//! What an unlucky operator does to the control plane: `vcdn up` killed
+//! (SIGKILL) in the middle of orders and deletes, many times over; an
+//! instance address held by someone else. After every restart no `vcdn
+//! cache` runs that no service record owns, and every instance address
+//! serves its own service (its `/healthz` proves the instance id and
+//! names its service's origin).
+
+mod support;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{eventually, tempdir, TempDir};
+use vcdn_http::client;
+
+const OP: &str = "operator-secret-0123456789abcdef0123";
+
+/// A free port below the kernel's ephemeral range: `vcdn up` is killed and
+/// started again on the same ports, so none of them may meanwhile become
+/// the source port of some outgoing connection.
+fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id().wrapping_mul(7919);
+    loop {
+        let port = 20_000
+            + (base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed) * 131) % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok()
+        {
+            return port;
+        }
+    }
+}
+
+/// A `vcdn up` that can be killed and started again on the same data
+/// directory and ports. On drop it is killed, and so is every cache
+/// instance it started.
+struct Up {
+    child: Option<Child>,
+    dir: TempDir,
+    api: SocketAddr,
+    origin: SocketAddr,
+    instance_port: u16,
+    ports: [u16; 4],
+    extra: Vec<String>,
+    /// Started once with `--demo` (the demo customer and its key file).
+    started: bool,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        self.kill();
+        for pid in instance_pids(self.instance_port) {
+            // SAFETY: signalling a process id.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A `vcdn cache` process: its pid and command-line flags.
+#[derive(Debug)]
+struct CacheProc {
+    pid: u32,
+    flags: HashMap<String, String>,
+}
+
+/// `vcdn cache` processes listening on `port` (on any address).
+fn caches(port: u16) -> Vec<CacheProc> {
+    let suffix = format!(":{port}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let c = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            if stat.rsplit(')').next()?.trim_start().starts_with('Z') {
+                return None;
+            }
+            let args: Vec<String> = c
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            if args.get(1).map(String::as_str) != Some("cache") {
+                return None;
+            }
+            let flags: HashMap<String, String> = args
+                .windows(2)
+                .filter(|w| w[0].starts_with("--"))
+                .map(|w| (w[0].clone(), w[1].clone()))
+                .collect();
+            flags
+                .get("--listen")
+                .is_some_and(|l| l.ends_with(&suffix))
+                .then_some(CacheProc { pid, flags })
+        })
+        .collect()
+}
+
+fn instance_pids(port: u16) -> Vec<u32> {
+    caches(port).into_iter().map(|c| c.pid).collect()
+}
+
+impl Up {
+    fn start(name: &str, extra: &[&str]) -> Up {
+        let mut up = Up {
+            child: None,
+            dir: tempdir(name),
+            api: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            origin: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            instance_port: free_port(),
+            ports: [free_port(), free_port(), free_port(), free_port()],
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            started: false,
+        };
+        up.launch().expect("vcdn up starts");
+        up
+    }
+
+    /// Starts `vcdn up`; returns what it printed on stderr if it exits
+    /// before it is ready.
+    fn launch(&mut self) -> Result<(), String> {
+        use std::io::BufRead;
+        // The instances' admin port (the last) is in their records: it stays.
+        let [dns, http, router, admin] = self.ports;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+            .arg("up")
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .args(["--api", &self.api.to_string()])
+            .args(["--dns", &format!("127.0.0.1:{dns}")])
+            .args(["--http", &format!("127.0.0.1:{http}")])
+            .args(["--router-admin", &format!("127.0.0.1:{router}")])
+            .args(["--operator-token", OP])
+            .args(if self.started {
+                vec![]
+            } else {
+                vec![
+                    "--demo".to_string(),
+                    "--demo-origin".into(),
+                    self.origin.to_string(),
+                ]
+            })
+            .args(["--instance-port", &self.instance_port.to_string()])
+            .args(["--instance-admin-port", &admin.to_string()])
+            .args(&self.extra)
+            .env("VCDN_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("vcdn up runs");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut err = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let (etx, erx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut s);
+            eprint!("{s}");
+            let _ = etx.send(s);
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(l) if l.contains("Order a first vCDN") => break,
+                Ok(_) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = child.wait();
+                    return Err(erx.recv_timeout(Duration::from_secs(5)).unwrap_or_default());
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("vcdn up did not print its greeting within 20 s");
+                }
+            }
+        }
+        self.child = Some(child);
+        self.started = true;
+        Ok(())
+    }
+
+    /// Starts it again after a kill. Its API and router ports are not part
+    /// of any record: should another process have taken one meanwhile, it
+    /// moves to free ones.
+    fn relaunch(&mut self) {
+        for _ in 0..3 {
+            match self.launch() {
+                Ok(()) => return,
+                Err(e) if e.contains("Address already in use") => {
+                    self.api = SocketAddr::from(([127, 0, 0, 1], free_port()));
+                    for p in &mut self.ports[..3] {
+                        *p = free_port();
+                    }
+                }
+                Err(e) => panic!("vcdn up does not start again: {e}"),
+            }
+        }
+        panic!("vcdn up does not start again: its ports stay taken");
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn demo_key(&self) -> String {
+        std::fs::read_to_string(self.dir.join("demo-customer-key"))
+            .expect("demo customer key")
+            .trim()
+            .to_string()
+    }
+
+    async fn call(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        call(self.api, token, method, path, body)
+            .await
+            .expect("API answers")
+    }
+
+    async fn services(&self) -> Vec<Value> {
+        let (st, v) = self.call(OP, "GET", "/v1/services", None).await;
+        assert_eq!(st, 200, "{v}");
+        v["services"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+async fn call(
+    api: SocketAddr,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Result<(u16, Value), String> {
+    let auth = format!("Bearer {token}");
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let r = client::request(
+        api,
+        method,
+        path,
+        &[
+            ("Content-Type", "application/json"),
+            ("Authorization", &auth),
+        ],
+        body.as_bytes(),
+        Duration::from_secs(10),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    Ok((
+        r.status(),
+        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+    ))
+}
+
+fn live(s: &Value) -> bool {
+    matches!(
+        s["state"].as_str(),
+        Some("scheduled" | "deploying" | "active" | "degraded" | "deleting")
+    )
+}
+
+fn instances(s: &Value) -> Vec<Value> {
+    s["graph"]["regions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|r| r["instances"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+/// The id an instance proves in its `/healthz`.
+fn identity(i: &Value) -> String {
+    format!(
+        "{}.{}",
+        i["id"].as_str().unwrap_or(""),
+        i["nonce"].as_str().unwrap_or("")
+    )
+}
+
+/// What is wrong: `vcdn cache` processes no live record owns, and
+/// instance addresses that serve another service than their record's.
+async fn violations(up: &Up) -> Vec<String> {
+    let services = up.services().await;
+    let mut wrong = Vec::new();
+    let mut owned: HashMap<String, (String, Option<u64>, String)> = HashMap::new();
+    for s in services.iter().filter(|s| live(s)) {
+        for i in instances(s) {
+            owned.insert(
+                i["address"].as_str().unwrap_or("").to_string(),
+                (
+                    identity(&i),
+                    i["pid"].as_u64(),
+                    s["id"].as_str().unwrap_or("").to_string(),
+                ),
+            );
+        }
+    }
+    for p in caches(up.instance_port) {
+        let listen = p.flags.get("--listen").cloned().unwrap_or_default();
+        match owned.get(&listen) {
+            None => wrong.push(format!(
+                "pid {} serves {listen}, which no live record owns",
+                p.pid
+            )),
+            Some((id, pid, sid)) => {
+                if p.flags.get("--instance-id") != Some(id) || *pid != Some(p.pid as u64) {
+                    wrong.push(format!(
+                        "pid {} ({:?}) serves {listen}, recorded as {id} pid {pid:?} of {sid}",
+                        p.pid,
+                        p.flags.get("--instance-id")
+                    ));
+                }
+            }
+        }
+    }
+    for s in services
+        .iter()
+        .filter(|s| matches!(s["state"].as_str(), Some("active" | "degraded")))
+    {
+        for i in instances(s).iter().filter(|i| i["state"] == "running") {
+            let admin: SocketAddr = i["admin"].as_str().unwrap().parse().unwrap();
+            let Ok(r) =
+                client::request(admin, "GET", "/healthz", &[], b"", Duration::from_secs(2)).await
+            else {
+                continue;
+            };
+            let h: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+            if h["instance_id"].as_str() != Some(identity(i).as_str())
+                || h["upstream"] != s["origin"]
+            {
+                wrong.push(format!(
+                    "{} of {} ({}) answers as {} for {}",
+                    i["address"], s["id"], s["origin"], h["instance_id"], h["upstream"]
+                ));
+            }
+        }
+    }
+    wrong
+}
+
+/// A small xorshift, seeded from the clock (printed, to replay a run).
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_control_plane_mid_order_leaves_no_stray_and_no_mixup() {
+    let seed = std::env::var("VCDN_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("chaos seed {seed} (VCDN_CHAOS_SEED={seed} replays it)");
+    let mut rng = Rng(seed);
+    let mut up = Up::start("crash-chaos", &[]);
+    let a = up.demo_key();
+    let (st, b) = up
+        .call(
+            OP,
+            "POST",
+            "/v1/customers",
+            // The origin is on loopback: the operator's exception for it.
+            Some(json!({"name": "beta", "origin_allow": [
+                format!("127.0.0.1:{}", up.origin.port()),
+                format!("[::1]:{}", up.origin.port()),
+            ]})),
+        )
+        .await;
+    assert_eq!(st, 201, "{b}");
+    let b = b["api_key"].as_str().unwrap().to_string();
+    let customers = [
+        (a, format!("http://127.0.0.1:{}", up.origin.port())),
+        (b, format!("http://localhost:{}", up.origin.port())),
+    ];
+    let t0 = Instant::now();
+    let mut round = 0;
+    // Services seen, per origin, and rounds that had caches running: the
+    // orders really went through (an order refused would prove nothing).
+    let mut seen: std::collections::HashMap<String, std::collections::HashSet<String>> =
+        Default::default();
+    let mut rounds_with_caches = 0;
+    while round < 100 && t0.elapsed() < Duration::from_secs(30) {
+        round += 1;
+        // Orders and deletes by both customers, in flight together.
+        let services = up.services().await;
+        for s in &services {
+            if let (Some(o), Some(id)) = (s["origin"].as_str(), s["id"].as_str()) {
+                seen.entry(o.to_string())
+                    .or_default()
+                    .insert(id.to_string());
+            }
+        }
+        if !caches(up.instance_port).is_empty() {
+            rounds_with_caches += 1;
+        }
+        let mut calls = Vec::new();
+        for _ in 0..1 + rng.below(3) {
+            let (key, origin) = &customers[rng.below(2) as usize];
+            let mine: Vec<String> = services
+                .iter()
+                .filter(|s| live(s) && s["state"] != "deleting")
+                .filter(|s| s["origin"] == origin.as_str())
+                .filter_map(|s| s["id"].as_str().map(str::to_string))
+                .collect();
+            let n = rng.below(1_000_000);
+            let (method, path, body) = if mine.len() >= 2 || (!mine.is_empty() && rng.below(3) == 0)
+            {
+                (
+                    "DELETE",
+                    format!(
+                        "/v1/services/{}",
+                        mine[rng.below(mine.len() as u64) as usize]
+                    ),
+                    None,
+                )
+            } else {
+                let region = ["paris", "lyon", "marseille"][rng.below(3) as usize];
+                (
+                    "POST",
+                    "/v1/services".to_string(),
+                    Some(
+                        json!({"name": format!("c{n}"), "origin": origin, "hostname": format!("c{n}.example"),
+                        "flavor": "static", "regions": [{"region": region}]}),
+                    ),
+                )
+            };
+            let (api, key) = (up.api, key.clone());
+            calls.push(tokio::spawn(async move {
+                let _ = call(api, &key, method, &path, body).await;
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(40))).await;
+        up.kill();
+        for c in calls {
+            let _ = c.await;
+        }
+        up.relaunch();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut wrong = violations(&up).await;
+        while !wrong.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            wrong = violations(&up).await;
+        }
+        assert!(wrong.is_empty(), "round {round} (seed {seed}): {wrong:#?}");
+    }
+    eprintln!("{round} rounds in {:.1} s", t0.elapsed().as_secs_f64());
+    assert!(round >= 10, "only {round} rounds ran");
+    for (_, origin) in &customers {
+        let n = seen.get(origin).map_or(0, |s| s.len());
+        assert!(n >= 2, "only {n} services of {origin} were ever recorded");
+    }
+    assert!(
+        rounds_with_caches * 4 >= round,
+        "caches ran in only {rounds_with_caches} of {round} rounds"
+    );
+    // The stores still work: every live service is deleted, and nothing runs.
+    for s in up.services().await.iter().filter(|s| live(s)) {
+        let (st, v) = up
+            .call(
+                OP,
+                "DELETE",
+                &format!("/v1/services/{}", s["id"].as_str().unwrap()),
+                None,
+            )
+            .await;
+        assert!(st == 200 || st == 409, "{v}");
+    }
+    assert!(
+        eventually(5, || async { caches(up.instance_port).is_empty() }).await,
+        "{:?}",
+        caches(up.instance_port)
+    );
+    let _: PathBuf = up.dir.to_path_buf();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impostor_on_an_instance_address_is_a_conflict_and_relaunches_back_off() {
+    let mut up = Up::start("crash-impostor", &[]);
+    let origin = format!("http://127.0.0.1:{}", up.origin.port());
+    let spec = json!({"name": "own", "origin": origin, "hostname": "own.example", "flavor": "static", "regions": [{"region": "lyon"}]});
+    let (st, s) = up
+        .call(&up.demo_key(), "POST", "/v1/services", Some(spec))
+        .await;
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    let victim = instances(&s)[0].clone();
+    // The control plane dies, and so does one instance; another process
+    // (a cache for someone else's origin) takes its address meanwhile.
+    up.kill();
+    // SAFETY: killing an instance process.
+    unsafe { libc::kill(victim["pid"].as_u64().unwrap() as i32, libc::SIGKILL) };
+    let address = victim["address"].as_str().unwrap();
+    let admin = victim["admin"].as_str().unwrap();
+    assert!(
+        eventually(5, || async { TcpListener::bind(address).is_ok() }).await,
+        "the instance's address was not freed"
+    );
+    let impostor = support::spawn(&[
+        "cache",
+        "--listen",
+        address,
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--admin",
+        admin,
+        "--admin-token",
+        support::TOKEN,
+        "--instance-id",
+        "someone-else",
+        "--threads",
+        "1",
+    ]);
+    up.launch().expect("vcdn up starts again");
+    // Not active while the address is someone else's, and no tight
+    // relaunch loop: a few attempts, each reported, further and further apart.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        let v = up
+            .call(OP, "GET", &format!("/v1/services/{id}"), None)
+            .await
+            .1;
+        assert_ne!(
+            v["state"], "active",
+            "a stranger on the address was taken for the instance: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, ev) = up
+        .call(OP, "GET", &format!("/v1/services/{id}/events"), None)
+        .await;
+    let failed: Vec<&Value> = ev["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "relaunch_failed")
+        .collect();
+    assert!(!failed.is_empty(), "{ev}");
+    assert!(
+        failed.len() <= 6,
+        "{} relaunches in 2 s: {ev}",
+        failed.len()
+    );
+    assert!(
+        failed[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("already in use"),
+        "{ev}"
+    );
+    assert!(
+        failed.last().unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("next attempt in"),
+        "{ev}"
+    );
+    // The stranger leaves: the instance comes back and proves who it is.
+    impostor.kill();
+    assert!(
+        eventually(15, || async {
+            up.call(OP, "GET", &format!("/v1/services/{id}"), None)
+                .await
+                .1["state"]
+                == "active"
+        })
+        .await,
+        "the service did not come back"
+    );
+    let v = up
+        .call(OP, "GET", &format!("/v1/services/{id}"), None)
+        .await
+        .1;
+    let i = instances(&v)
+        .into_iter()
+        .find(|i| i["id"] == victim["id"])
+        .unwrap();
+    let r = client::request(
+        admin.parse().unwrap(),
+        "GET",
+        "/healthz",
+        &[],
+        b"",
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    let h: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        h["instance_id"].as_str(),
+        Some(identity(&i).as_str()),
+        "{h}"
+    );
+    assert_eq!(h["upstream"].as_str(), Some(origin.as_str()), "{h}");
+}
+
+async fn healthz(api: SocketAddr) -> (u16, Value) {
+    let r = client::request(api, "GET", "/healthz", &[], b"", Duration::from_secs(5))
+        .await
+        .expect("API answers");
+    (
+        r.status(),
+        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_removed_while_running_is_reported_and_not_started_afresh() {
+    let mut up = Up::start("crash-store", &[]);
+    let key = up.demo_key();
+    let origin = format!("http://127.0.0.1:{}", up.origin.port());
+    let spec = |n: &str| json!({"name": n, "origin": origin, "hostname": format!("{n}.example"), "flavor": "static", "regions": [{"region": "paris"}]});
+    let (st, s) = up
+        .call(&key, "POST", "/v1/services", Some(spec("first")))
+        .await;
+    assert_eq!(st, 201, "{s}");
+    assert_eq!(healthz(up.api).await.0, 200);
+
+    // The unlucky operator removes the SQLite files while vcdn up runs.
+    for f in ["vcdn.sqlite", "vcdn.sqlite-wal", "vcdn.sqlite-shm"] {
+        let _ = std::fs::remove_file(up.dir.join(f));
+    }
+    let (st, h) = healthz(up.api).await;
+    assert_eq!(st, 503, "{h}");
+    assert!(h["reason"].as_str().unwrap().contains("removed"), "{h}");
+    // Orders are refused with a problem document that says why, by the
+    // operator too (whose token needs no store).
+    for token in [key.as_str(), OP] {
+        let r = client::request(
+            up.api,
+            "POST",
+            "/v1/customers",
+            &[
+                ("Authorization", &format!("Bearer {token}")),
+                ("Content-Type", "application/json"),
+            ],
+            br#"{"name": "late"}"#,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 503, "{}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(r.text().contains("store is unavailable"), "{}", r.text());
+    }
+    let (st, v) = up
+        .call(
+            OP,
+            "DELETE",
+            &format!("/v1/services/{}", s["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(st, 503, "{v}");
+    assert!(
+        !caches(up.instance_port).is_empty(),
+        "the data plane keeps serving"
+    );
+
+    // A restart does not start afresh over what is left: the data directory
+    // says a store was there, and its instances still run.
+    up.kill();
+    let err = up
+        .launch()
+        .expect_err("vcdn up must refuse an emptied store");
+    assert!(
+        err.contains("--reinitialise-store") && err.contains("missing or empty"),
+        "{err}"
+    );
+    std::fs::remove_file(up.dir.join("store-id")).unwrap();
+    for f in ["vcdn.sqlite", "vcdn.sqlite-wal", "vcdn.sqlite-shm"] {
+        let _ = std::fs::remove_file(up.dir.join(f));
+    }
+    let err = up
+        .launch()
+        .expect_err("vcdn up must refuse a new store over running instances");
+    assert!(
+        err.contains("still run") && err.contains("--reinitialise-store"),
+        "{err}"
+    );
+    // An empty database file is no fresh install either.
+    std::fs::write(up.dir.join("store-id"), "st-0123456789abcdef\n").unwrap();
+    std::fs::write(up.dir.join("vcdn.sqlite"), b"").unwrap();
+    let err = up
+        .launch()
+        .expect_err("vcdn up must refuse an empty database file");
+    assert!(err.contains("missing or empty"), "{err}");
+
+    // The operator says so: a fresh store, and the instances no record owns
+    // are stopped.
+    up.extra = vec!["--reinitialise-store".into()];
+    up.launch().expect("vcdn up starts afresh when told to");
+    assert_eq!(healthz(up.api).await.0, 200);
+    assert!(
+        eventually(5, || async { caches(up.instance_port).is_empty() }).await,
+        "{:?}",
+        caches(up.instance_port)
+    );
+}
