@@ -19,7 +19,10 @@
 #   ROUNDS=1         repeat everything, servers interleaved; report medians
 #   MODE=both        cpu | quota | both
 #   OUT=bench/results/cache-latest.md   markdown copy of the report
-#   SERVERS="vcdn nginx varnish ats"    subset to run (ratios need vcdn)
+#   SERVERS="vcdn nginx varnish ats"    subset to run (ratios need vcdn);
+#                    add "base" to run a second vcdn binary, BASELINE_BIN, in
+#                    the same rounds (an A/B of two builds: "vcdn/baseline")
+#   BASELINE_BIN=    the "base" server's vcdn binary, e.g. an older build
 #   WRK_THREADS=2    wrk -t (all on CPU 1)
 #   WARMUP=1s        unmeasured wrk run before each measured run (0 = none);
 #                    lets Varnish grow its thread pool, fills keep-alive pools
@@ -50,6 +53,7 @@ WRK_THREADS=${WRK_THREADS:-2}
 WARMUP=${WARMUP:-1s}
 BASE_PORT=${BASE_PORT:-18080}
 VCDN_BIN=${VCDN_BIN:-$ROOT/target/release/vcdn}
+BASELINE_BIN=${BASELINE_BIN:-}
 SKIP_BUILD=${SKIP_BUILD:-0}
 VCDN_CACHE_ARGS=${VCDN_CACHE_ARGS:-}
 CGROUP_V1_FALLBACK=${CGROUP_V1_FALLBACK:-1}
@@ -63,9 +67,9 @@ QUOTA_US=50000 PERIOD_US=100000 # half a core
 CLK_TCK=$(getconf CLK_TCK)
 
 ORIGIN_PORT=$BASE_PORT
-declare -A PORT=([vcdn]=$((BASE_PORT + 1)) [nginx]=$((BASE_PORT + 2))
+declare -A PORT=([vcdn]=$((BASE_PORT + 1)) [nginx]=$((BASE_PORT + 2)) [base]=$((BASE_PORT + 5))
                  [varnish]=$((BASE_PORT + 3)) [ats]=$((BASE_PORT + 4)))
-declare -A LABEL=([vcdn]="vcdn" [nginx]="nginx" [varnish]="Varnish" [ats]="ATS")
+declare -A LABEL=([vcdn]="vcdn" [nginx]="nginx" [varnish]="Varnish" [ats]="ATS" [base]="baseline")
 
 # Scenarios: "title|path|connections"
 SCENARIOS=(
@@ -155,6 +159,9 @@ peer_versions() {
   echo "- wrk: $(wrk -v 2>&1 | head -1 | awk '{print $2}') (Debian package wrk $(pkg_version wrk))"
   if [[ -x $VCDN_BIN ]]; then
     echo "- vcdn: $("$VCDN_BIN" --version 2>/dev/null || echo unknown) ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo no-commit))"
+    if [[ " $SERVERS " == *" base "* ]]; then
+      echo "- baseline: $BASELINE_BIN ($("$BASELINE_BIN" --version 2>/dev/null || echo unknown))"
+    fi
   fi
 }
 
@@ -224,6 +231,15 @@ start_vcdn() {
   LAST_PID=$!
 }
 
+# The same cache from another build (SERVERS="... base", BASELINE_BIN).
+start_base() {
+  RUST_LOG=${RUST_LOG:-warn} taskset -c "$SERVER_CPU" "$BASELINE_BIN" cache \
+    --listen "127.0.0.1:${PORT[base]}" --upstream "http://127.0.0.1:$ORIGIN_PORT" \
+    --memory "$MEMORY_BYTES" --threads 1 $VCDN_CACHE_ARGS \
+    >"$TMP/base.log" 2>&1 &
+  LAST_PID=$!
+}
+
 start_nginx() {
   local d=$TMP/nginx
   mkdir -p "$d" "$SHM/nginx-cache"
@@ -271,6 +287,7 @@ start_ats() {
 server_logs() {
   case $1 in
     vcdn) tail -n 20 "$TMP/vcdn.log" ;;
+    base) tail -n 20 "$TMP/base.log" ;;
     nginx) tail -n 20 "$TMP/nginx/nginx-error.log" "$TMP/nginx/stdout.log" ;;
     varnish) tail -n 20 "$TMP/varnish/stdout.log" ;;
     ats) tail -n 20 "$TMP/ats/stdout.log" "$TMP/ats/log/diags.log" ;;
@@ -281,7 +298,7 @@ server_logs() {
 # header?
 is_hit() {
   case $1 in
-    vcdn) grep -qiE '^x-cache: *hit' ;;
+    vcdn | base) grep -qiE '^x-cache: *hit' ;;
     nginx) grep -qiE '^x-cache-status: *hit' ;;
     # X-Varnish: "<this xid> <xid that inserted the object>" only on hits
     varnish) grep -qiE '^x-varnish: *[0-9]+ +[0-9]+' ;;
@@ -477,7 +494,7 @@ report() {
       echo
       awk -F'\t' -v mode="$mode" -v idx="$idx" -v servers="$SERVERS" -v cpuid="$SERVER_CPU" \
         -v NEAR_NS="$NEAR_NS" -v FAR_NS="$FAR_NS" '
-        function lbl(s) { return s == "vcdn" ? "vcdn" : s == "nginx" ? "nginx" : s == "varnish" ? "Varnish" : "ATS" }
+        function lbl(s) { return s == "vcdn" ? "vcdn" : s == "nginx" ? "nginx" : s == "varnish" ? "Varnish" : s == "base" ? "baseline" : "ATS" }
         function ratio(a, b) { return (a > 0 && b > 0) ? sprintf("%.2fx", a / b) : "n/a" }
         # Median of the per-CPU-second figures of one placement class.
         function med(s, c,   m, i, j, t, v) {
@@ -533,16 +550,16 @@ report() {
           if (mode == "cpu") {
             print "| ratio | req per CPU-s | MiB per CPU-s |"
             print "|---|---:|---:|"
-            split("nginx varnish ats", peers, " ")
-            for (i = 1; i <= 3; i++) { p = peers[i]; if (!(p in rps)) continue
+            split("nginx varnish ats base", peers, " ")
+            for (i = 1; i <= 4; i++) { p = peers[i]; if (!(p in rps)) continue
               printf "| vcdn/%s | %s | %s |\n", lbl(p), ratio(rpc["vcdn"], rpc[p]), ratio(mpc["vcdn"], mpc[p]) }
             if (("varnish" in rps) || ("ats" in rps))
               printf "| vcdn/best(Varnish, ATS) | %s | %s |\n", ratio(rpc["vcdn"], brpc), ratio(mpc["vcdn"], bmpc)
           } else {
             print "| ratio | req/s under quota |"
             print "|---|---:|"
-            split("nginx varnish ats", peers, " ")
-            for (i = 1; i <= 3; i++) { p = peers[i]; if (!(p in rps)) continue
+            split("nginx varnish ats base", peers, " ")
+            for (i = 1; i <= 4; i++) { p = peers[i]; if (!(p in rps)) continue
               printf "| vcdn/%s | %s |\n", lbl(p), ratio(rps["vcdn"], rps[p]) }
             if (("varnish" in rps) || ("ats" in rps))
               printf "| vcdn/best(Varnish, ATS) | %s |\n", ratio(rps["vcdn"], brps)
@@ -578,6 +595,9 @@ main() {
     (cd "$ROOT" && cargo build --release -p vcdn) >&2 || die "cargo build failed"
   fi
   [[ -x $VCDN_BIN ]] || die "vcdn binary not found at $VCDN_BIN"
+  if [[ " $SERVERS " == *" base "* ]]; then
+    [[ -x $BASELINE_BIN ]] || die "SERVERS has 'base': set BASELINE_BIN to the baseline vcdn binary"
+  fi
 
   # 1000 connections need >1000 fds in wrk and in every server.
   local hard
