@@ -53,15 +53,46 @@ impl Body {
     }
 }
 
-fn shm(chunks: &[Bytes]) -> std::io::Result<Body> {
+impl Body {
+    /// A copy in memory of `len` bytes of `from` at `offset` (a disk-tier
+    /// file promoted to the memory tier): in shared memory when large,
+    /// copied by the kernel, never through a buffer of the object's size.
+    pub fn copy_of(from: &File, offset: u64, len: u64) -> std::io::Result<Body> {
+        if (len as usize) < SHM_MIN {
+            let mut b = vec![0u8; len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(from, &mut b, offset)?;
+            return Ok(Body::heap(Bytes::from(b)));
+        }
+        let file = memfd()?;
+        let mut off = offset;
+        let end = offset + len;
+        while off < end {
+            let want = (end - off).min(1 << 30) as usize;
+            if rustix::fs::sendfile(&file, from, Some(&mut off), want)? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        seal(file)
+    }
+}
+
+fn memfd() -> std::io::Result<File> {
     let fd = memfd_create(
         "vcdn-object",
         MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
     )?;
-    let mut file = File::from(fd);
+    Ok(File::from(fd))
+}
+
+fn shm(chunks: &[Bytes]) -> std::io::Result<Body> {
+    let mut file = memfd()?;
     for c in chunks {
         file.write_all(c)?;
     }
+    seal(file)
+}
+
+fn seal(file: File) -> std::io::Result<Body> {
     // Sealed: nobody can change or shrink it, which keeps the mapping valid.
     fcntl_add_seals(
         &file,

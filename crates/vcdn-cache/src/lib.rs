@@ -147,6 +147,7 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                                         objects = r.objects,
                                         bytes = r.bytes,
                                         dropped = r.dropped,
+                                        ignored = r.ignored,
                                         millis = r.millis,
                                         "disk index rebuilt"
                                     );

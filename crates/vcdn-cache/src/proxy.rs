@@ -608,7 +608,7 @@ impl Cache {
                 ReplyBody::Shared {
                     bytes: body,
                     file: file.clone(),
-                    offset: range.map_or(0, |r| r.0),
+                    offset: o.file_offset + range.map_or(0, |r| r.0),
                 }
             } else {
                 ReplyBody::Full(body)
@@ -877,6 +877,7 @@ impl Cache {
                     headers,
                     body: body.bytes,
                     file: body.file,
+                    file_offset: 0,
                     vary,
                     freshness,
                     response_time,
@@ -934,6 +935,7 @@ impl Cache {
             headers,
             body: old.body.clone(),
             file: old.file.clone(),
+            file_offset: old.file_offset,
             vary: old.vary.clone(),
             freshness,
             response_time,

@@ -13,6 +13,7 @@ use lru::LruCache;
 use parking_lot::Mutex;
 use vcdn_http::Headers;
 
+use crate::body::Body;
 use crate::key::{variant_key, ObjectId};
 use crate::object::CachedObject;
 use disk::DiskTier;
@@ -151,12 +152,27 @@ impl Store {
         self.disk.as_ref().is_some_and(|d| d.contains(id))
     }
 
-    /// Read from the disk tier (blocking) and promote into memory.
+    /// Open from the disk tier (blocking). An object the memory tier takes
+    /// is copied into memory (promoted); a larger one is served from its
+    /// file and never read into memory.
     pub fn load_disk(&self, id: ObjectId, key: &[u8]) -> Option<Arc<CachedObject>> {
         let o = self.disk.as_ref()?.read(id)?;
         if o.key != key {
             return None;
         }
+        if o.cost() > self.max_memory_object() {
+            return Some(Arc::new(o));
+        }
+        let o = match o.file.clone() {
+            Some(f) => match Body::copy_of(&f, o.file_offset, o.body.len() as u64) {
+                Ok(b) => o.with_body(b.bytes, b.file, 0),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot copy a disk object into memory");
+                    return Some(Arc::new(o));
+                }
+            },
+            None => o,
+        };
         let o = Arc::new(o);
         self.put_memory(o.clone());
         Some(o)
