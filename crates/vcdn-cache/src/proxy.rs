@@ -12,8 +12,10 @@ use parking_lot::Mutex;
 use vcdn_http::header::is_hop_by_hop;
 use vcdn_http::{date, Headers, Method, RequestHead};
 
+use crate::body::Body;
 use crate::config::CacheConfig;
 use crate::fetch::{Fetch, FetchError, FetchReader, FetchedHead};
+use crate::fill::Fill;
 use crate::key::{variant_key, vary_names, ObjectId};
 use crate::metrics::{CacheStatus, HitTally, Metrics};
 use crate::object::{CachedObject, ObjectParts, ObjectStats};
@@ -332,7 +334,7 @@ impl Cache {
             primary.clone(),
             req.headers.clone(),
             stats,
-            self.store.max_object(),
+            self.store.max_memory_object() as u64,
             self.cfg.stream_window,
         );
         map.insert(pid, fetch.clone());
@@ -351,7 +353,7 @@ impl Cache {
             primary,
             req.headers.clone(),
             Arc::default(),
-            self.store.max_object(),
+            self.store.max_memory_object() as u64,
             self.cfg.stream_window,
         );
         let reader = fetch.join().expect("a new fetch can be joined");
@@ -836,18 +838,44 @@ impl Cache {
             // Nobody else may join a response that will not be cached.
             self.forget(&fetch, registered);
         }
+        let vary = vary.unwrap_or_default();
+        let key = if vary.is_empty() {
+            fetch.key.clone()
+        } else {
+            variant_key(&fetch.key, &vary, &fetch.leader_headers)
+        };
+        let object = |body: Body| {
+            CachedObject::new(ObjectParts {
+                key: key.clone(),
+                primary: fetch.key.clone(),
+                status,
+                headers: headers.clone(),
+                body: body.bytes,
+                file: body.file,
+                file_offset: 0,
+                vary: vary.clone(),
+                freshness,
+                response_time,
+                initial_age,
+                stats: fetch.stats.clone(),
+            })
+        };
+        let meta = storable.then(|| Arc::new(object(Body::heap(Bytes::new()))));
+        let mut fill = Fill::start(self.clone(), fetch.clone(), meta, content_length).await;
         let outcome = loop {
             match resp.body.next().await {
                 Ok(Some(chunk)) => {
                     self.metrics
                         .upstream_bytes
                         .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    fill.admit(chunk.len() as u64).await;
                     if !fetch.push(chunk).await {
                         break Err(FetchError {
                             status: 499,
                             message: "every client left".into(),
                         });
                     }
+                    fill.pushed().await;
                 }
                 Ok(None) => break Ok(()),
                 Err(e) => {
@@ -862,30 +890,8 @@ impl Cache {
         };
         let ok = outcome.is_ok();
         fetch.finish(outcome);
-        if ok && storable {
-            if let Some(body) = fetch.complete_body() {
-                let vary = vary.unwrap_or_default();
-                let key = if vary.is_empty() {
-                    fetch.key.clone()
-                } else {
-                    variant_key(&fetch.key, &vary, &fetch.leader_headers)
-                };
-                let o = Arc::new(CachedObject::new(ObjectParts {
-                    key,
-                    primary: fetch.key.clone(),
-                    status,
-                    headers,
-                    body: body.bytes,
-                    file: body.file,
-                    file_offset: 0,
-                    vary,
-                    freshness,
-                    response_time,
-                    initial_age,
-                    stats: fetch.stats.clone(),
-                }));
-                self.put(o).await;
-            }
+        if let Some(body) = fill.finish(ok && storable).await {
+            self.put(Arc::new(object(body))).await;
         }
         self.forget(&fetch, registered);
     }
