@@ -108,10 +108,12 @@ struct CacheArgs {
     /// Bearer token the control API requires.
     #[arg(long, env = "VCDN_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
-    /// Memory tier size, e.g. 256M [default: 256M].
+    /// Memory for objects (memory tier and bodies being fetched into it),
+    /// e.g. 256M [default: 256M].
     #[arg(long, env = "VCDN_MEMORY", value_parser = parse_size)]
     memory: Option<u64>,
-    /// Directory of the disk tier (kept across restarts).
+    /// Directory of the disk tier (kept across restarts): new, empty, or
+    /// one a vcdn cache created.
     #[arg(long, env = "VCDN_DISK")]
     disk: Option<PathBuf>,
     /// Disk tier size, e.g. 10G [default: 1G].

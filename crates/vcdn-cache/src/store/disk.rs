@@ -425,10 +425,13 @@ fn classify(fanout: &str, name: &str) -> Name {
         return Name::Object(id);
     }
     match name.split_once(".tmp") {
+        // This process's own files are being written now (the index is
+        // rebuilt while the cache already serves).
         Some((id, pid))
             if own_id(id).is_some()
                 && !pid.is_empty()
-                && pid.bytes().all(|c| c.is_ascii_digit()) =>
+                && pid.bytes().all(|c| c.is_ascii_digit())
+                && pid != std::process::id().to_string() =>
         {
             Name::Temporary
         }
@@ -623,7 +626,7 @@ mod tests {
         let pc = t.path(c.id);
         let data = fs::read(&pc).unwrap();
         fs::write(&pc, &data[..data.len() - 3]).unwrap();
-        let unfinished = pc.with_extension("tmp1");
+        let unfinished = pc.with_extension(format!("tmp{}", std::process::id() + 1));
         fs::write(&unfinished, &data[..30]).unwrap();
         let strays = [
             pc.with_extension("tmp2"),
