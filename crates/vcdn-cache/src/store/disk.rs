@@ -15,6 +15,7 @@ use std::fs::{self, File};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -87,7 +88,13 @@ impl DiskTier {
         match fs::read_to_string(&marker) {
             Ok(text) => check_marker(dir, &text)?,
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                if fs::read_dir(dir)?.next().is_some() {
+                // A marker left half-written by a start that crashed is ours.
+                let foreign = fs::read_dir(dir)?.flatten().any(|e| {
+                    !e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("{MARKER}.tmp"))
+                });
+                if foreign {
                     return Err(refuse(
                         dir,
                         format!(
@@ -235,13 +242,16 @@ impl DiskTier {
     pub fn begin(&self, o: &CachedObject) -> std::io::Result<Spool> {
         let path = self.path(o.id);
         fs::create_dir_all(path.parent().unwrap_or(&self.dir))?;
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        // A name of its own: two writes of one object never share a file
+        // (clients may be sent this one while it is written).
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp{}-{seq}", std::process::id()));
         // Readable too: clients are sent what is written while it is.
         let file = fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(&tmp)?;
         let head = encode_head(o);
         let mut s = Spool {
@@ -409,7 +419,8 @@ fn check_marker(dir: &Path, text: &str) -> std::io::Result<()> {
 /// What a file name inside a fan-out directory is to the tier.
 enum Name {
     Object(ObjectId),
-    /// `<id>.tmp<pid>`: a file being written.
+    /// `<id>.tmp<pid>-<n>` (or `<id>.tmp<pid>`): a file being written, by
+    /// another process (this one's are left alone).
     Temporary,
     Other,
 }
@@ -427,13 +438,14 @@ fn classify(fanout: &str, name: &str) -> Name {
     match name.split_once(".tmp") {
         // This process's own files are being written now (the index is
         // rebuilt while the cache already serves).
-        Some((id, pid))
-            if own_id(id).is_some()
-                && !pid.is_empty()
-                && pid.bytes().all(|c| c.is_ascii_digit())
-                && pid != std::process::id().to_string() =>
-        {
-            Name::Temporary
+        Some((id, rest)) if own_id(id).is_some() => {
+            let (pid, seq) = rest.split_once('-').unwrap_or((rest, "0"));
+            let number = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+            if number(pid) && number(seq) && pid != std::process::id().to_string() {
+                Name::Temporary
+            } else {
+                Name::Other
+            }
         }
         _ => Name::Other,
     }
@@ -626,7 +638,7 @@ mod tests {
         let pc = t.path(c.id);
         let data = fs::read(&pc).unwrap();
         fs::write(&pc, &data[..data.len() - 3]).unwrap();
-        let unfinished = pc.with_extension(format!("tmp{}", std::process::id() + 1));
+        let unfinished = pc.with_extension(format!("tmp{}-3", std::process::id() + 1));
         fs::write(&unfinished, &data[..30]).unwrap();
         let strays = [
             pc.with_extension("tmp2"),
