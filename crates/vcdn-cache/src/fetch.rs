@@ -339,6 +339,25 @@ impl Fetch {
         self.drained.send_modify(|v| *v += 1);
     }
 
+    /// The complete kept body now lives in `file` (shared memory, from
+    /// offset 0): readers still behind are sent it from there and the
+    /// chunks are dropped, so a slow client does not keep a second copy.
+    pub fn moved_to(&self, file: Arc<File>) {
+        let mut st = self.inner.lock();
+        if !st.keep_all || !matches!(st.done, Some(Ok(()))) {
+            return;
+        }
+        st.keep_all = false;
+        st.spooling = true;
+        let written = st.received;
+        st.spool = Some(SpoolFile {
+            file,
+            body_offset: 0,
+            written,
+        });
+        trim(&mut st);
+    }
+
     /// Bytes held in memory by this fetch.
     pub fn held(&self) -> u64 {
         self.inner
@@ -649,6 +668,22 @@ mod tests {
         assert_eq!(read_all(early).await.unwrap(), want);
         assert_eq!(read_all(late).await.unwrap(), want);
         assert!(f.complete_body().is_none(), "not for the memory tier");
+    }
+
+    #[tokio::test]
+    async fn a_kept_body_moved_to_shared_memory_is_not_held_twice() {
+        let f = fetch(1 << 20, 1 << 20);
+        let slow = f.join().unwrap();
+        f.set_head(Ok(head(Some(200_000))));
+        for i in 0..4u8 {
+            assert!(f.push(Bytes::from(vec![i; 50_000])).await);
+        }
+        f.finish(Ok(()));
+        let body = f.complete_body().unwrap();
+        f.moved_to(body.file.clone().expect("shared memory"));
+        assert_eq!(f.held(), 0);
+        let want: Vec<u8> = (0..4u8).flat_map(|i| vec![i; 50_000]).collect();
+        assert_eq!(read_all(slow).await.unwrap(), want);
     }
 
     #[tokio::test]

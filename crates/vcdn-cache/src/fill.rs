@@ -90,7 +90,11 @@ impl Fill {
             }
             return None;
         }
-        self.fetch.complete_body()
+        let body = self.fetch.complete_body()?;
+        if let Some(file) = &body.file {
+            self.fetch.moved_to(file.clone());
+        }
+        Some(body)
     }
 
     fn release(&mut self) {
