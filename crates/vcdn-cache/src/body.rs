@@ -72,11 +72,12 @@ impl Body {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
         }
-        seal(file)
+        seal(Arc::new(file))
     }
 }
 
-fn memfd() -> std::io::Result<File> {
+/// A new shared-memory file, to be filled and then [`seal`]ed.
+pub fn memfd() -> std::io::Result<File> {
     let fd = memfd_create(
         "vcdn-object",
         MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
@@ -89,10 +90,11 @@ fn shm(chunks: &[Bytes]) -> std::io::Result<Body> {
     for c in chunks {
         file.write_all(c)?;
     }
-    seal(file)
+    seal(Arc::new(file))
 }
 
-fn seal(file: File) -> std::io::Result<Body> {
+/// Seal a filled shared-memory file and map it as a body.
+pub fn seal(file: Arc<File>) -> std::io::Result<Body> {
     // Sealed: nobody can change or shrink it, which keeps the mapping valid.
     fcntl_add_seals(
         &file,
@@ -100,10 +102,10 @@ fn seal(file: File) -> std::io::Result<Body> {
     )?;
     // SAFETY: the file is a sealed memfd of ours: its size and contents can
     // no longer change, so the mapping stays valid and immutable.
-    let map = unsafe { memmap2::Mmap::map(&file)? };
+    let map = unsafe { memmap2::Mmap::map(&*file)? };
     Ok(Body {
         bytes: Bytes::from_owner(map),
-        file: Some(Arc::new(file)),
+        file: Some(file),
     })
 }
 

@@ -3,14 +3,14 @@
 //!
 //! This is MiniCache's "link" object and stream cloning: the fetch keeps the
 //! received chunks and one position per reader (the paper's per-client ring
-//! pointers). A body is held in one of three ways ([`Fetch::keeping`],
-//! [`Fetch::spool_to`], otherwise the window):
-//! - kept: every chunk stays in memory (the object goes to the memory tier,
+//! pointers). A body is held in one of three ways (chosen by `fill`):
+//! - kept: every chunk stays in memory (a small object for the memory tier,
 //!   whose budget the caller reserves), so late joiners start from byte 0;
-//! - spooled: chunks are written to a disk-tier file as they arrive and
+//! - spooled ([`Fetch::spool_to`]): chunks are written to a file as they
+//!   arrive (shared memory for the memory tier, or the disk tier) and
 //!   dropped once written; readers, late joiners included, are sent the
 //!   written part from the file ([`Piece::File`]), so the memory a fetch
-//!   holds is one unwritten batch whatever the object's size;
+//!   holds beyond the file is one unwritten batch whatever the size;
 //! - neither (too large to cache and no disk tier, or a live stream of
 //!   unknown length): chunks that every reader has passed are dropped, and
 //!   the upstream read waits while the fastest reader is more than `window`
@@ -262,11 +262,6 @@ impl Fetch {
         }
     }
 
-    /// Whether every chunk is still kept in memory.
-    pub fn keeping(&self) -> bool {
-        self.inner.lock().keep_all
-    }
-
     /// Bytes received so far.
     pub fn received(&self) -> u64 {
         self.inner.lock().received
@@ -285,18 +280,21 @@ impl Fetch {
     /// From now on the body is written to `file` (its body at
     /// `body_offset`), starting with the chunks held: the caller writes
     /// what [`Fetch::unwritten`] returns and reports it with
-    /// [`Fetch::written`]. Only a fetch still kept whole can be spooled.
+    /// [`Fetch::written`]. A fetch kept whole can be spooled, and a spooled
+    /// one moved to another file holding what was written (shared memory
+    /// to disk).
     pub fn spool_to(&self, file: Arc<File>, body_offset: u64) -> bool {
         let mut st = self.inner.lock();
-        if !st.keep_all {
+        if !st.keep_all && !st.spooling {
             return false;
         }
+        let written = st.spool.as_ref().map_or(0, |s| s.written);
         st.keep_all = false;
         st.spooling = true;
         st.spool = Some(SpoolFile {
             file,
             body_offset,
-            written: 0,
+            written,
         });
         true
     }
@@ -329,6 +327,11 @@ impl Fetch {
         trim(&mut st);
     }
 
+    /// Body bytes written to the spool file so far.
+    pub fn written_to_file(&self) -> u64 {
+        self.inner.lock().spool.as_ref().map_or(0, |s| s.written)
+    }
+
     /// Stop writing to the spool file (the object turned out too large to
     /// keep): what is written stays readable, the rest follows the window.
     pub fn stop_spooling(&self) {
@@ -337,25 +340,6 @@ impl Fetch {
         trim(&mut st);
         drop(st);
         self.drained.send_modify(|v| *v += 1);
-    }
-
-    /// The complete kept body now lives in `file` (shared memory, from
-    /// offset 0): readers still behind are sent it from there and the
-    /// chunks are dropped, so a slow client does not keep a second copy.
-    pub fn moved_to(&self, file: Arc<File>) {
-        let mut st = self.inner.lock();
-        if !st.keep_all || !matches!(st.done, Some(Ok(()))) {
-            return;
-        }
-        st.keep_all = false;
-        st.spooling = true;
-        let written = st.received;
-        st.spool = Some(SpoolFile {
-            file,
-            body_offset: 0,
-            written,
-        });
-        trim(&mut st);
     }
 
     /// Bytes held in memory by this fetch.
@@ -668,22 +652,6 @@ mod tests {
         assert_eq!(read_all(early).await.unwrap(), want);
         assert_eq!(read_all(late).await.unwrap(), want);
         assert!(f.complete_body().is_none(), "not for the memory tier");
-    }
-
-    #[tokio::test]
-    async fn a_kept_body_moved_to_shared_memory_is_not_held_twice() {
-        let f = fetch(1 << 20, 1 << 20);
-        let slow = f.join().unwrap();
-        f.set_head(Ok(head(Some(200_000))));
-        for i in 0..4u8 {
-            assert!(f.push(Bytes::from(vec![i; 50_000])).await);
-        }
-        f.finish(Ok(()));
-        let body = f.complete_body().unwrap();
-        f.moved_to(body.file.clone().expect("shared memory"));
-        assert_eq!(f.held(), 0);
-        let want: Vec<u8> = (0..4u8).flat_map(|i| vec![i; 50_000]).collect();
-        assert_eq!(read_all(slow).await.unwrap(), want);
     }
 
     #[tokio::test]
