@@ -18,10 +18,10 @@ use tokio::io::unix::AsyncFd;
 use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use vcdn_http::{parse_request, BodyFraming, Limits, Method, ParseError, RequestHead};
 
+use crate::fetch::Piece;
 use crate::metrics::HitTally;
 use crate::proxy::{AtOnce, Cache};
 use crate::reply::{error_reply, Reply, ReplyBody};
-use crate::fetch::Piece;
 
 /// Bodies up to this size are copied into the batch buffer; larger ones are
 /// written from the stored bytes directly.

@@ -206,9 +206,11 @@ impl FromStr for OriginPolicy {
             let (action, rule) = match item.split_once(char::is_whitespace) {
                 Some(("allow", r)) => (Action::Allow, r),
                 Some(("deny", r)) => (Action::Deny, r),
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "'{item}' is not an origin policy rule: expected 'allow RULE' or 'deny RULE'"
-                )),
+                ))
+                }
             };
             p.add_text(action, rule)?;
         }
