@@ -596,25 +596,32 @@ impl Cache {
             (o.status, o.body.clone())
         };
         head.clear();
-        let close = !ctx.keep_alive;
+        let mut close = !ctx.keep_alive;
         let length = (code != 204 && code != 304).then_some(body.len() as u64);
-        write_object_head(&mut head, o, code, age, status, range, length, close);
         let sent = if ctx.head_only { 0 } else { body.len() as u64 };
+        let body = if ctx.head_only || code == 204 || code == 304 {
+            ReplyBody::Empty
+        } else if let Some(part) = small_part_of_disk_file(o, body.len(), range) {
+            part.unwrap_or_else(|()| {
+                // Cut short: the client sees a truncated response.
+                close = true;
+                ReplyBody::Empty
+            })
+        } else if let Some(file) = &o.file {
+            ReplyBody::Shared {
+                bytes: body,
+                file: file.clone(),
+                offset: o.file_offset + range.map_or(0, |r| r.0),
+            }
+        } else {
+            ReplyBody::Full(body)
+        };
+        write_object_head(&mut head, o, code, age, status, range, length, close);
         self.metrics.response(code, sent);
         Reply {
             status: code,
             head,
-            body: if ctx.head_only || code == 204 || code == 304 {
-                ReplyBody::Empty
-            } else if let Some(file) = &o.file {
-                ReplyBody::Shared {
-                    bytes: body,
-                    file: file.clone(),
-                    offset: o.file_offset + range.map_or(0, |r| r.0),
-                }
-            } else {
-                ReplyBody::Full(body)
-            },
+            body,
             close,
             stats,
         }
@@ -1036,6 +1043,34 @@ fn needs_full_path(name: &[u8]) -> bool {
     ]
     .iter()
     .any(|f| name.eq_ignore_ascii_case(f))
+}
+
+/// A small part (at most 64 KiB, which a front end would copy) of an
+/// object sent from its disk-tier file, read with pread: the file's mapping
+/// is never read through, so its pages do not become resident and a file
+/// changed behind the cache's back cannot fault the process. `None` for
+/// anything else (the object's body is then used as it is); `Err` when the
+/// file cannot be read.
+fn small_part_of_disk_file(
+    o: &CachedObject,
+    len: usize,
+    range: Option<(u64, u64)>,
+) -> Option<Result<ReplyBody, ()>> {
+    use std::os::unix::fs::FileExt;
+    // Shared-memory bodies start at 0 and are sealed; disk files after a head.
+    let file = o.file.as_ref().filter(|_| o.file_offset > 0)?;
+    if len > crate::body::SHM_MIN {
+        return None;
+    }
+    let mut part = vec![0u8; len];
+    let at = o.file_offset + range.map_or(0, |r| r.0);
+    Some(match file.read_exact_at(&mut part, at) {
+        Ok(()) => Ok(ReplyBody::Full(Bytes::from(part))),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a disk-tier file");
+            Err(())
+        }
+    })
 }
 
 /// The head of a reply from a stored object: status line, the stored

@@ -997,6 +997,15 @@ async fn a_large_object_stays_within_the_memory_budget() {
             assert!(r.body == synth(20_000_000), "chunked body from disk");
             let hits = concurrently(4, c.addr, &slow, SIZE).await;
             assert!(hits.iter().all(|h| h == "HIT"), "disk hits: {hits:?}");
+            // Parts of it, small (read) and large (sent from the file).
+            for (from, to) in [(1_000u64, 1_099u64), (50_000_000, 50_999_999)] {
+                let range = format!("bytes={from}-{to}");
+                let r = get_with(c.addr, &slow, &[("Range", &range)]).await;
+                assert_eq!(r.status(), 206, "{range}");
+                assert_eq!(x_cache(&r), "HIT");
+                let want: Vec<u8> = (from..=to).map(vcdn_origin::byte_at).collect();
+                assert!(r.body == want, "{range}: wrong bytes");
+            }
         } else {
             assert_eq!(get_synthetic(c.addr, &path, SIZE).await, "MISS");
             let again = concurrently(2, c.addr, &path, SIZE).await;

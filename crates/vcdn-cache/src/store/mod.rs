@@ -168,13 +168,27 @@ impl Store {
             return Some(Arc::new(o));
         }
         let o = match o.file.clone() {
-            Some(f) => match Body::copy_of(&f, o.file_offset, o.body.len() as u64) {
-                Ok(b) => o.with_body(b.bytes, b.file, 0),
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot copy a disk object into memory");
+            Some(f) => {
+                // Promoted meanwhile by another request: no second copy.
+                if let Some(m) = self.get_memory(id, key) {
+                    return Some(m);
+                }
+                // The copy counts against the tier while it is made; when
+                // the budget refuses it, the object is sent from its file.
+                let len = o.body.len();
+                if !self.reserve(len) {
                     return Some(Arc::new(o));
                 }
-            },
+                let copy = Body::copy_of(&f, o.file_offset, len as u64);
+                self.release(len);
+                match copy {
+                    Ok(b) => o.with_body(b.bytes, b.file, 0),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot copy a disk object into memory");
+                        return Some(Arc::new(o));
+                    }
+                }
+            }
             None => o,
         };
         let o = Arc::new(o);
