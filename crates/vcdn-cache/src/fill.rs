@@ -244,6 +244,8 @@ impl Fill {
             for c in &chunks {
                 s.append(c)?;
             }
+            // The file being written counts against the disk tier's size.
+            disk.evict();
             Ok::<_, std::io::Error>(s)
         })
         .await;

@@ -71,6 +71,9 @@ pub struct DiskTier {
     dir: PathBuf,
     cap: u64,
     index: Mutex<Index>,
+    /// Bytes of files being written (spools): they count against the
+    /// capacity too, so eviction makes room for them as they grow.
+    writing: Arc<AtomicU64>,
 }
 
 /// Why a directory cannot be used as a disk tier.
@@ -123,6 +126,7 @@ impl DiskTier {
                 lru: LruCache::unbounded(),
                 bytes: 0,
             }),
+            writing: Arc::default(),
         })
     }
 
@@ -262,6 +266,8 @@ impl DiskTier {
             sum: Xxh3::new(),
             head_len: head.len() as u64,
             body_len: 0,
+            writing: self.writing.clone(),
+            counted: 0,
             entry: DiskEntry {
                 size: 0,
                 key: o.key.clone(),
@@ -290,6 +296,8 @@ impl DiskTier {
             return false;
         }
         s.tmp = None;
+        self.writing
+            .fetch_sub(std::mem::take(&mut s.counted), Ordering::Relaxed);
         {
             let mut idx = self.index.lock();
             idx.bytes += size;
@@ -370,11 +378,13 @@ impl DiskTier {
         }
     }
 
-    fn evict(&self) {
+    /// Evict least recently used objects until the files in place and
+    /// those being written fit the capacity (blocking).
+    pub fn evict(&self) {
         loop {
             let victim = {
                 let mut idx = self.index.lock();
-                if idx.bytes <= self.cap {
+                if idx.bytes + self.writing.load(Ordering::Relaxed) <= self.cap {
                     return;
                 }
                 match idx.lru.pop_lru() {
@@ -535,6 +545,9 @@ pub struct Spool {
     head_len: u64,
     body_len: u64,
     entry: DiskEntry,
+    /// The tier's count of bytes being written, and this file's share.
+    writing: Arc<AtomicU64>,
+    counted: u64,
 }
 
 impl std::fmt::Debug for Spool {
@@ -550,6 +563,8 @@ impl Spool {
     fn write_raw(&mut self, data: &[u8]) -> std::io::Result<()> {
         (&*self.file).write_all(data)?;
         self.sum.update(data);
+        self.counted += data.len() as u64;
+        self.writing.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -591,6 +606,7 @@ impl Spool {
 
 impl Drop for Spool {
     fn drop(&mut self) {
+        self.writing.fetch_sub(self.counted, Ordering::Relaxed);
         if let Some(tmp) = &self.tmp {
             let _ = fs::remove_file(tmp);
         }
@@ -725,6 +741,26 @@ mod tests {
         let s = t.begin(&sample("/gone", b"")).unwrap();
         drop(s);
         assert_eq!(walk_count(&dir), 2, "marker and one object");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn files_being_written_count_against_the_capacity() {
+        let dir = tmpdir("writing");
+        let t = DiskTier::open(&dir, 3000).unwrap();
+        let old = sample("/old", &[b'o'; 1000]);
+        let recent = sample("/recent", &[b'r'; 1000]);
+        assert!(t.write(&old) && t.write(&recent));
+        let mut s = t.begin(&sample("/w", b"")).unwrap();
+        s.append(&[b'w'; 1200]).unwrap();
+        t.evict();
+        assert!(
+            !t.contains(old.id),
+            "room is made for the file being written"
+        );
+        assert!(t.contains(recent.id));
+        drop(s);
+        assert_eq!(t.writing.load(Ordering::Relaxed), 0);
         let _ = fs::remove_dir_all(&dir);
     }
 
