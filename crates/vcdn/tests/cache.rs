@@ -1013,6 +1013,12 @@ async fn a_large_object_stays_within_the_memory_budget() {
                 again.iter().all(|h| h == "MISS" || h == "COALESCED"),
                 "{again:?}"
             );
+            // A body of unknown length that outgrows the memory tier is
+            // passed through, whole and correct, and not kept.
+            let chunked = "/size/20000000?chunked=1";
+            let r = get(c.addr, chunked).await;
+            assert!(r.body == synth(20_000_000), "chunked body");
+            assert_eq!(x_cache(&get(c.addr, chunked).await), "MISS");
             // Sixteen misses at once of objects the memory tier takes
             // (3 MB each): the bodies in flight share its budget.
             let tasks: Vec<_> = (0..16)
