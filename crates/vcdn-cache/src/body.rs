@@ -95,13 +95,17 @@ fn shm(chunks: &[Bytes]) -> std::io::Result<Body> {
 
 /// Seal a filled shared-memory file and map it as a body.
 pub fn seal(file: Arc<File>) -> std::io::Result<Body> {
-    // Sealed: nobody can change or shrink it, which keeps the mapping valid.
+    // Sealed against any change of size, which keeps the mapping valid.
+    // Not against writes: F_SEAL_WRITE waits for, then fails on, pages
+    // still referenced elsewhere, and a body written as it arrived has had
+    // pages sent with sendfile that sit in socket buffers. Nothing writes
+    // to it after this point (the writer is done; the mapping is read-only).
     fcntl_add_seals(
-        &file,
-        SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL,
+        &*file,
+        SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
     )?;
-    // SAFETY: the file is a sealed memfd of ours: its size and contents can
-    // no longer change, so the mapping stays valid and immutable.
+    // SAFETY: the file is a memfd of ours whose size can no longer change,
+    // so the mapping stays valid; its contents are no longer written.
     let map = unsafe { memmap2::Mmap::map(&*file)? };
     Ok(Body {
         bytes: Bytes::from_owner(map),

@@ -181,21 +181,20 @@ impl Fetch {
         })
     }
 
-    /// Add a reader. It starts at byte 0 while the body is kept whole; after
+    /// Add a reader. It starts at byte 0 while every byte from 0 is still
+    /// held (kept whole, written to a file, or nothing passed yet); after
     /// that only a stream of unknown length (live) can be joined, at the
     /// oldest byte still held. `None`: this fetch cannot serve a new client.
     pub fn join(self: &Arc<Self>) -> Option<FetchReader> {
         let mut st = self.inner.lock();
-        let pos = match st.chunks.front() {
-            _ if st.keep_all || st.spooling => 0,
-            Some((start, _)) => {
-                let unknown_len = matches!(&st.head, Some(Ok(h)) if h.content_length.is_none());
-                if !unknown_len || st.done.is_some() {
-                    return None;
-                }
-                *start
+        let pos = if st.keep_all || st.spooling || holds_from_zero(&st) {
+            0
+        } else {
+            let unknown_len = matches!(&st.head, Some(Ok(h)) if h.content_length.is_none());
+            match st.chunks.front() {
+                Some((start, _)) if unknown_len && st.done.is_none() => *start,
+                _ => return None,
             }
-            None => return None,
         };
         let slot = match st.readers.iter().position(Option::is_none) {
             Some(i) => {
@@ -386,6 +385,16 @@ impl Fetch {
             _ => None,
         };
         (st.received, len, st.readers.iter().flatten().count())
+    }
+}
+
+/// Whether every byte from 0 on is still held: in the file written so far,
+/// then in the chunks, with no gap.
+fn holds_from_zero(st: &Inner) -> bool {
+    let file_end = st.spool.as_ref().map_or(0, |s| s.written);
+    match st.chunks.front() {
+        Some((start, _)) => *start <= file_end,
+        None => st.received == file_end,
     }
 }
 

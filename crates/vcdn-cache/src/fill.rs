@@ -117,7 +117,9 @@ impl Fill {
                 self.hold = Hold::Shared(f.clone());
                 self.write_shared();
                 match self.hold {
-                    Hold::Shared(_) => body::seal(f).ok(),
+                    Hold::Shared(_) => body::seal(f)
+                        .map_err(|e| tracing::warn!(error = %e, "cannot seal a body; not kept"))
+                        .ok(),
                     _ => None,
                 }
             }
