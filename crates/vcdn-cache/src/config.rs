@@ -19,10 +19,11 @@ pub struct CacheConfig {
     pub admin: Option<SocketAddr>,
     /// Bearer token the control API requires.
     pub admin_token: Option<String>,
-    /// Bytes of memory for objects: the memory tier (shared-memory bodies
-    /// included) and the bodies being fetched into it (at most a quarter).
-    /// Larger objects go to the disk tier as they arrive, or pass through
-    /// within `stream_window`.
+    /// Bytes of the memory tier.
+    /// This bounds all memory for objects: the memory tier (shared-memory
+    /// bodies included) and the bodies being fetched into it (at most a
+    /// quarter). Larger objects go to the disk tier as they arrive, or pass
+    /// through within `stream_window`.
     #[serde(deserialize_with = "size")]
     pub memory: u64,
     /// Directory of the disk tier (none: memory only). New or empty, or

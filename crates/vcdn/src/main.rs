@@ -108,8 +108,9 @@ struct CacheArgs {
     /// Bearer token the control API requires.
     #[arg(long, env = "VCDN_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
-    /// Memory for objects (memory tier and bodies being fetched into it),
-    /// e.g. 256M [default: 256M].
+    /// Memory tier size, e.g. 256M [default: 256M].
+    /// It bounds all memory for objects: the memory tier and the bodies
+    /// being fetched into it.
     #[arg(long, env = "VCDN_MEMORY", value_parser = parse_size)]
     memory: Option<u64>,
     /// Directory of the disk tier (kept across restarts): new, empty, or
