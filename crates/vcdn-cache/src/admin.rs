@@ -396,7 +396,7 @@ async fn prefetch(cache: &Arc<Cache>, body: &[u8]) -> Response {
     match reply.body {
         crate::reply::ReplyBody::Stream { mut reader, .. } => loop {
             match reader.next().await {
-                Ok(Some(b)) => size += b.len() as u64,
+                Ok(Some(b)) => size += b.len(),
                 Ok(None) => break,
                 Err(e) => return Response::problem(e.status.max(502), &e.message),
             }

@@ -53,26 +53,63 @@ impl Body {
     }
 }
 
-fn shm(chunks: &[Bytes]) -> std::io::Result<Body> {
+impl Body {
+    /// A copy in memory of `len` bytes of `from` at `offset` (a disk-tier
+    /// file promoted to the memory tier): in shared memory when large,
+    /// copied by the kernel, never through a buffer of the object's size.
+    pub fn copy_of(from: &File, offset: u64, len: u64) -> std::io::Result<Body> {
+        if (len as usize) < SHM_MIN {
+            let mut b = vec![0u8; len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(from, &mut b, offset)?;
+            return Ok(Body::heap(Bytes::from(b)));
+        }
+        let file = memfd()?;
+        let mut off = offset;
+        let end = offset + len;
+        while off < end {
+            let want = (end - off).min(1 << 30) as usize;
+            if rustix::fs::sendfile(&file, from, Some(&mut off), want)? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        seal(Arc::new(file))
+    }
+}
+
+/// A new shared-memory file, to be filled and then [`seal`]ed.
+pub fn memfd() -> std::io::Result<File> {
     let fd = memfd_create(
         "vcdn-object",
         MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
     )?;
-    let mut file = File::from(fd);
+    Ok(File::from(fd))
+}
+
+fn shm(chunks: &[Bytes]) -> std::io::Result<Body> {
+    let mut file = memfd()?;
     for c in chunks {
         file.write_all(c)?;
     }
-    // Sealed: nobody can change or shrink it, which keeps the mapping valid.
+    seal(Arc::new(file))
+}
+
+/// Seal a filled shared-memory file and map it as a body.
+pub fn seal(file: Arc<File>) -> std::io::Result<Body> {
+    // Sealed against any change of size, which keeps the mapping valid.
+    // Not against writes: F_SEAL_WRITE waits for, then fails on, pages
+    // still referenced elsewhere, and a body written as it arrived has had
+    // pages sent with sendfile that sit in socket buffers. Nothing writes
+    // to it after this point (the writer is done; the mapping is read-only).
     fcntl_add_seals(
-        &file,
-        SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL,
+        &*file,
+        SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
     )?;
-    // SAFETY: the file is a sealed memfd of ours: its size and contents can
-    // no longer change, so the mapping stays valid and immutable.
-    let map = unsafe { memmap2::Mmap::map(&file)? };
+    // SAFETY: the file is a memfd of ours whose size can no longer change,
+    // so the mapping stays valid; its contents are no longer written.
+    let map = unsafe { memmap2::Mmap::map(&*file)? };
     Ok(Body {
         bytes: Bytes::from_owner(map),
-        file: Some(Arc::new(file)),
+        file: Some(file),
     })
 }
 

@@ -24,9 +24,14 @@ pub struct CacheConfig {
     /// is not taken for the right instance when it is another one).
     pub instance_id: Option<String>,
     /// Bytes of the memory tier.
+    /// This bounds all memory for objects: the memory tier (shared-memory
+    /// bodies included) and the bodies being fetched into it (at most a
+    /// quarter). Larger objects go to the disk tier as they arrive, or pass
+    /// through within `stream_window`.
     #[serde(deserialize_with = "size")]
     pub memory: u64,
-    /// Directory of the disk tier (none: memory only).
+    /// Directory of the disk tier (none: memory only). New or empty, or
+    /// one a vcdn cache created (it holds a `VCDN-DISK-TIER` marker).
     pub disk: Option<PathBuf>,
     /// Bytes of the disk tier.
     #[serde(deserialize_with = "size")]

@@ -3,14 +3,21 @@
 //!
 //! This is MiniCache's "link" object and stream cloning: the fetch keeps the
 //! received chunks and one position per reader (the paper's per-client ring
-//! pointers). While the object may still be cached, every chunk is kept, so
-//! late joiners start from byte 0. Once it is too large to cache (larger
-//! than the store accepts, or a live stream of unknown length), chunks that
-//! every reader has passed are dropped, and the upstream read waits while
-//! the fastest reader is more than `window` bytes ahead of the slowest: the
-//! memory a fetch holds is then bounded, whatever the object's size.
+//! pointers). A body is held in one of three ways (chosen by `fill`):
+//! - kept: every chunk stays in memory (a small object for the memory tier,
+//!   whose budget the caller reserves), so late joiners start from byte 0;
+//! - spooled ([`Fetch::spool_to`]): chunks are written to a file as they
+//!   arrive (shared memory for the memory tier, or the disk tier) and
+//!   dropped once written; readers, late joiners included, are sent the
+//!   written part from the file ([`Piece::File`]), so the memory a fetch
+//!   holds beyond the file is one unwritten batch whatever the size;
+//! - neither (too large to cache and no disk tier, or a live stream of
+//!   unknown length): chunks that every reader has passed are dropped, and
+//!   the upstream read waits while the fastest reader is more than `window`
+//!   bytes ahead of the slowest: memory is bounded by the window.
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -59,6 +66,68 @@ struct Inner {
     readers: Vec<Option<u64>>,
     /// Whether every byte since 0 is still kept.
     keep_all: bool,
+    /// The file the body is written to, and how much of it is written.
+    spool: Option<SpoolFile>,
+    /// Whether the body is still being written to `spool` (if not, the
+    /// written part stays readable and the rest follows the window).
+    spooling: bool,
+}
+
+/// The readable part of a body being written to a file.
+#[derive(Debug)]
+struct SpoolFile {
+    file: Arc<File>,
+    /// Where the body starts in the file.
+    body_offset: u64,
+    /// Body bytes written (readable from the file).
+    written: u64,
+}
+
+/// What a reader is given next: bytes, or a range of a file to send (with
+/// sendfile) without reading it into memory.
+#[derive(Debug, Clone)]
+pub enum Piece {
+    Bytes(Bytes),
+    File {
+        file: Arc<File>,
+        offset: u64,
+        len: u64,
+    },
+}
+
+impl Piece {
+    pub fn len(&self) -> u64 {
+        match self {
+            Piece::Bytes(b) => b.len() as u64,
+            Piece::File { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drop the first `n` bytes.
+    pub fn advance(&mut self, n: u64) {
+        match self {
+            Piece::Bytes(b) => {
+                let _ = b.split_to((n as usize).min(b.len()));
+            }
+            Piece::File { offset, len, .. } => {
+                let n = n.min(*len);
+                *offset += n;
+                *len -= n;
+            }
+        }
+    }
+
+    /// Keep at most `n` bytes.
+    pub fn truncate(&mut self, n: u64) {
+        match self {
+            Piece::Bytes(b) => b.truncate(n.min(b.len() as u64) as usize),
+            Piece::File { len, .. } => *len = (*len).min(n),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -104,27 +173,28 @@ impl Fetch {
                 done: None,
                 readers: Vec::new(),
                 keep_all: true,
+                spool: None,
+                spooling: false,
             }),
             progress: watch::channel(0).0,
             drained: watch::channel(0).0,
         })
     }
 
-    /// Add a reader. It starts at byte 0 while the body is kept whole; after
+    /// Add a reader. It starts at byte 0 while every byte from 0 is still
+    /// held (kept whole, written to a file, or nothing passed yet); after
     /// that only a stream of unknown length (live) can be joined, at the
     /// oldest byte still held. `None`: this fetch cannot serve a new client.
     pub fn join(self: &Arc<Self>) -> Option<FetchReader> {
         let mut st = self.inner.lock();
-        let pos = match st.chunks.front() {
-            _ if st.keep_all => 0,
-            Some((start, _)) => {
-                let unknown_len = matches!(&st.head, Some(Ok(h)) if h.content_length.is_none());
-                if !unknown_len || st.done.is_some() {
-                    return None;
-                }
-                *start
+        let pos = if st.keep_all || st.spooling || holds_from_zero(&st) {
+            0
+        } else {
+            let unknown_len = matches!(&st.head, Some(Ok(h)) if h.content_length.is_none());
+            match st.chunks.front() {
+                Some((start, _)) if unknown_len && st.done.is_none() => *start,
+                _ => return None,
             }
-            None => return None,
         };
         let slot = match st.readers.iter().position(Option::is_none) {
             Some(i) => {
@@ -172,7 +242,9 @@ impl Fetch {
             rx.borrow_and_update();
             {
                 let mut st = self.inner.lock();
-                if st.keep_all {
+                if st.keep_all || st.spooling {
+                    // Kept whole, or written to a file: readers never
+                    // hold the upstream back.
                     return true;
                 }
                 trim(&mut st);
@@ -187,6 +259,96 @@ impl Fetch {
                 return false;
             }
         }
+    }
+
+    /// Bytes received so far.
+    pub fn received(&self) -> u64 {
+        self.inner.lock().received
+    }
+
+    /// Stop keeping the body in memory: it will not be cached (unless it is
+    /// spooled), and the window applies.
+    pub fn stop_keeping(&self) {
+        let mut st = self.inner.lock();
+        st.keep_all = false;
+        trim(&mut st);
+        drop(st);
+        self.drained.send_modify(|v| *v += 1);
+    }
+
+    /// From now on the body is written to `file` (its body at
+    /// `body_offset`), starting with the chunks held: the caller writes
+    /// what [`Fetch::unwritten`] returns and reports it with
+    /// [`Fetch::written`]. A fetch kept whole can be spooled, and a spooled
+    /// one moved to another file holding what was written (shared memory
+    /// to disk).
+    pub fn spool_to(&self, file: Arc<File>, body_offset: u64) -> bool {
+        let mut st = self.inner.lock();
+        if !st.keep_all && !st.spooling {
+            return false;
+        }
+        let written = st.spool.as_ref().map_or(0, |s| s.written);
+        st.keep_all = false;
+        st.spooling = true;
+        st.spool = Some(SpoolFile {
+            file,
+            body_offset,
+            written,
+        });
+        true
+    }
+
+    /// The chunks received but not yet written to the spool file, and how
+    /// many bytes they hold.
+    pub fn unwritten(&self) -> (Vec<Bytes>, u64) {
+        let st = self.inner.lock();
+        let from = st.spool.as_ref().map_or(st.received, |s| s.written);
+        let mut out = Vec::new();
+        let mut n = 0;
+        for (start, c) in &st.chunks {
+            let end = start + c.len() as u64;
+            if end > from {
+                let c = c.slice((from.saturating_sub(*start)) as usize..);
+                n += c.len() as u64;
+                out.push(c);
+            }
+        }
+        (out, n)
+    }
+
+    /// `n` more body bytes are in the spool file: readers are sent them
+    /// from there, and their chunks are dropped.
+    pub fn written(&self, n: u64) {
+        let mut st = self.inner.lock();
+        if let Some(s) = st.spool.as_mut() {
+            s.written += n;
+        }
+        trim(&mut st);
+    }
+
+    /// Body bytes written to the spool file so far.
+    pub fn written_to_file(&self) -> u64 {
+        self.inner.lock().spool.as_ref().map_or(0, |s| s.written)
+    }
+
+    /// Stop writing to the spool file (the object turned out too large to
+    /// keep): what is written stays readable, the rest follows the window.
+    pub fn stop_spooling(&self) {
+        let mut st = self.inner.lock();
+        st.spooling = false;
+        trim(&mut st);
+        drop(st);
+        self.drained.send_modify(|v| *v += 1);
+    }
+
+    /// Bytes held in memory by this fetch.
+    pub fn held(&self) -> u64 {
+        self.inner
+            .lock()
+            .chunks
+            .iter()
+            .map(|(_, c)| c.len() as u64)
+            .sum()
     }
 
     /// Mark the body complete or failed.
@@ -226,11 +388,23 @@ impl Fetch {
     }
 }
 
-/// Drop the chunks every reader has passed, unless the body is kept whole.
+/// Whether every byte from 0 on is still held: in the file written so far,
+/// then in the chunks, with no gap.
+fn holds_from_zero(st: &Inner) -> bool {
+    let file_end = st.spool.as_ref().map_or(0, |s| s.written);
+    match st.chunks.front() {
+        Some((start, _)) => *start <= file_end,
+        None => st.received == file_end,
+    }
+}
+
+/// Drop the chunks that are written to the spool file, or that every
+/// reader has passed, unless the body is kept whole.
 fn trim(st: &mut Inner) {
     if st.keep_all {
         return;
     }
+    let written = st.spool.as_ref().map_or(0, |s| s.written);
     let slowest = st
         .readers
         .iter()
@@ -238,8 +412,14 @@ fn trim(st: &mut Inner) {
         .min()
         .copied()
         .unwrap_or(st.received);
+    // While spooling, a reader behind is sent the file; it needs no chunk.
+    let done = if st.spooling {
+        written
+    } else {
+        slowest.max(written)
+    };
     while let Some((start, c)) = st.chunks.front() {
-        if start + c.len() as u64 <= slowest {
+        if start + c.len() as u64 <= done {
             st.chunks.pop_front();
         } else {
             break;
@@ -278,11 +458,28 @@ impl FetchReader {
     }
 
     /// The next bytes of the body, `Ok(None)` at its end.
-    pub async fn next(&mut self) -> Result<Option<Bytes>, FetchError> {
+    pub async fn next(&mut self) -> Result<Option<Piece>, FetchError> {
         loop {
             self.rx.borrow_and_update();
             {
                 let mut st = self.fetch.inner.lock();
+                let from_file = st.spool.as_ref().and_then(|s| {
+                    (self.pos < s.written).then(|| Piece::File {
+                        file: s.file.clone(),
+                        offset: s.body_offset + self.pos,
+                        len: s.written - self.pos,
+                    })
+                });
+                if let Some(piece) = from_file {
+                    self.pos += piece.len();
+                    st.readers[self.slot] = Some(self.pos);
+                    let notify = !st.keep_all;
+                    drop(st);
+                    if notify {
+                        self.fetch.drained.send_modify(|v| *v += 1);
+                    }
+                    return Ok(Some(piece));
+                }
                 if self.pos < st.received {
                     let pos = self.pos;
                     let i = st
@@ -302,7 +499,7 @@ impl FetchReader {
                     if notify {
                         self.fetch.drained.send_modify(|v| *v += 1);
                     }
-                    return Ok(Some(out));
+                    return Ok(Some(Piece::Bytes(out)));
                 }
                 match &st.done {
                     Some(Ok(())) => return Ok(None),
@@ -358,8 +555,15 @@ mod tests {
 
     async fn read_all(mut r: FetchReader) -> Result<Vec<u8>, FetchError> {
         let mut out = Vec::new();
-        while let Some(b) = r.next().await? {
-            out.extend_from_slice(&b);
+        while let Some(p) = r.next().await? {
+            match p {
+                Piece::Bytes(b) => out.extend_from_slice(&b),
+                Piece::File { file, offset, len } => {
+                    let mut b = vec![0u8; len as usize];
+                    std::os::unix::fs::FileExt::read_exact_at(&*file, &mut b, offset).unwrap();
+                    out.extend_from_slice(&b);
+                }
+            }
         }
         Ok(out)
     }
@@ -421,6 +625,42 @@ mod tests {
         assert!(f.complete_body().is_none());
         // A known-length body that lost its start cannot be joined.
         assert!(f.join().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_spooled_body_is_held_in_its_file_and_joinable_from_byte_0() {
+        use std::os::unix::fs::FileExt;
+        let path = std::env::temp_dir().join(format!("vcdn-spool-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        let file = Arc::new(file);
+        let f = fetch(100, 100);
+        let early = f.join().unwrap();
+        f.set_head(Ok(head(Some(1000))));
+        assert!(f.push(Bytes::from(vec![0u8; 100])).await);
+        // Written after the body's 7-byte head in the file.
+        assert!(f.spool_to(file.clone(), 7));
+        for i in 1..10u8 {
+            // Nobody reads: a spooling fetch is never held back.
+            assert!(f.push(Bytes::from(vec![i; 100])).await);
+            let (chunks, n) = f.unwritten();
+            let at = 7 + f.inner.lock().spool.as_ref().unwrap().written;
+            file.write_all_at(&chunks.concat(), at).unwrap();
+            f.written(n);
+            assert_eq!(f.held(), 0, "written chunks are dropped");
+        }
+        let late = f.join().expect("a spooling fetch is joined at byte 0");
+        f.finish(Ok(()));
+        let want: Vec<u8> = (0..10u8).flat_map(|i| vec![i; 100]).collect();
+        assert_eq!(read_all(early).await.unwrap(), want);
+        assert_eq!(read_all(late).await.unwrap(), want);
+        assert!(f.complete_body().is_none(), "not for the memory tier");
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@
 //! - [`store`]: memory LRU tier and disk tier, by [`key::ObjectId`];
 //! - [`body`]: large bodies in sealed memfds, sent with sendfile;
 //! - [`fetch`]: coalesced upstream fetches with stream cloning;
+//! - [`fill`]: where a fill keeps its body (memory budget, disk as it arrives);
 //! - [`upstream`]: pooled client to the origin or parent;
 //! - [`proxy`]: what to answer to a request, as a [`reply::Reply`];
 //! - [`server`]: threads, listeners and the connection loop;
@@ -22,6 +23,7 @@ pub mod body;
 pub mod config;
 pub mod ctl;
 pub mod fetch;
+pub mod fill;
 pub mod key;
 pub mod metrics;
 pub mod object;
@@ -150,6 +152,7 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                                         objects = r.objects,
                                         bytes = r.bytes,
                                         dropped = r.dropped,
+                                        ignored = r.ignored,
                                         millis = r.millis,
                                         "disk index rebuilt"
                                     );

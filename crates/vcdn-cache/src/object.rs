@@ -1,6 +1,7 @@
 //! A stored response, its per-object statistics (MiniCache/SHFS keeps hits,
 //! misses, last access and download progress per file) and its on-disk
-//! encoding.
+//! encoding, laid out so that it can be written while the body arrives and
+//! sent from the file without reading it into memory.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,8 +65,12 @@ pub struct CachedObject {
     /// `headers` serialised once, so a hit copies one block.
     pub head_block: Bytes,
     pub body: Bytes,
-    /// The shared-memory file holding `body`, when it is large (see `body`).
+    /// The file holding `body` when it is large: a shared-memory file
+    /// (see `body`) or the disk tier's file; `body` is then a mapping of
+    /// it, sent with sendfile and never read through.
     pub file: Option<Arc<File>>,
+    /// Where `body` starts in `file` (0 for shared memory).
+    pub file_offset: u64,
     /// The Vary field names of this response (empty: no Vary).
     pub vary: Vec<Bytes>,
     pub freshness: Freshness,
@@ -84,6 +89,7 @@ pub struct ObjectParts {
     pub headers: Headers,
     pub body: Bytes,
     pub file: Option<Arc<File>>,
+    pub file_offset: u64,
     pub vary: Vec<Bytes>,
     pub freshness: Freshness,
     pub response_time: u64,
@@ -104,11 +110,22 @@ impl CachedObject {
             head_block: Bytes::from(block),
             body: p.body,
             file: p.file,
+            file_offset: p.file_offset,
             vary: p.vary,
             freshness: p.freshness,
             response_time: p.response_time,
             initial_age: p.initial_age,
             stats: p.stats,
+        }
+    }
+
+    /// The same object with another body (read from, or mapped from, a file).
+    pub fn with_body(self, body: Bytes, file: Option<Arc<File>>, file_offset: u64) -> CachedObject {
+        CachedObject {
+            body,
+            file,
+            file_offset,
+            ..self
         }
     }
 
@@ -123,7 +140,15 @@ impl CachedObject {
     }
 }
 
-const MAGIC: &[u8; 8] = b"VCDNOBJ1";
+/// The first bytes of every object file (format 2: the body's length and
+/// the checksum come last, so a body is written as it arrives).
+pub const MAGIC: &[u8; 8] = b"VCDNOBJ2";
+/// Magic and metadata length.
+pub const HEAD_FIXED: u64 = 12;
+/// Body length and checksum.
+pub const TRAILER: u64 = 16;
+/// Metadata larger than this is not ours (headers are bounded far lower).
+const MAX_META: u64 = 4 << 20;
 
 /// Why a stored file was rejected.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -138,9 +163,11 @@ pub enum CorruptObject {
     Metadata,
 }
 
-/// Encode for the disk tier: magic, lengths, metadata, body, and an XXH3
-/// checksum of everything before it, so torn or corrupt files are detected.
-pub fn encode(o: &CachedObject) -> Vec<u8> {
+/// The start of an object file: magic, metadata length, metadata. The body
+/// follows, then its length and an XXH3 checksum of everything before
+/// ([`trailer`]), so torn or corrupt files are detected. `o.body` is not
+/// part of it.
+pub fn encode_head(o: &CachedObject) -> Vec<u8> {
     let mut meta = Vec::with_capacity(256 + o.head_block.len());
     meta.put_u16_le(o.status);
     meta.put_u64_le(o.response_time);
@@ -169,14 +196,31 @@ pub fn encode(o: &CachedObject) -> Vec<u8> {
         put_bytes(&mut meta, n);
         put_bytes(&mut meta, v);
     }
-    let mut out = Vec::with_capacity(28 + meta.len() + o.body.len());
+    let mut out = Vec::with_capacity(HEAD_FIXED as usize + meta.len());
     out.extend_from_slice(MAGIC);
     out.put_u32_le(meta.len() as u32);
-    out.put_u64_le(o.body.len() as u64);
     out.extend_from_slice(&meta);
+    out
+}
+
+/// The end of an object file, given the body's length and the running
+/// checksum of head and body; the checksum covers the length too.
+pub fn trailer(body_len: u64, mut sum: xxhash_rust::xxh3::Xxh3) -> [u8; 16] {
+    let len = body_len.to_le_bytes();
+    sum.update(&len);
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&len);
+    out[8..].copy_from_slice(&sum.digest().to_le_bytes());
+    out
+}
+
+/// A whole object file in memory (small objects, tests).
+pub fn encode(o: &CachedObject) -> Vec<u8> {
+    let mut out = encode_head(o);
     out.extend_from_slice(&o.body);
-    let sum = xxhash_rust::xxh3::xxh3_64(&out);
-    out.put_u64_le(sum);
+    let mut sum = xxhash_rust::xxh3::Xxh3::new();
+    sum.update(&out);
+    out.extend_from_slice(&trailer(o.body.len() as u64, sum));
     out
 }
 
@@ -185,39 +229,71 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-/// Decode and verify a file written by [`encode`].
-pub fn decode(file: Bytes) -> Result<CachedObject, CorruptObject> {
-    if file.len() < 28 {
+/// The layout of an object file, read from its first bytes and its
+/// length: where the metadata and the body are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub meta_len: u64,
+    pub body_offset: u64,
+    pub body_len: u64,
+}
+
+/// Check the fixed head (the first [`HEAD_FIXED`] bytes) of a file of
+/// `file_len` bytes, and say where its parts are.
+pub fn layout(fixed: &[u8], file_len: u64) -> Result<Layout, CorruptObject> {
+    if (fixed.len() as u64) < HEAD_FIXED || file_len < HEAD_FIXED + TRAILER {
         return Err(CorruptObject::Truncated);
     }
-    if &file[..8] != MAGIC {
+    if &fixed[..8] != MAGIC {
         return Err(CorruptObject::BadMagic);
     }
-    let meta_len = u32::from_le_bytes(file[8..12].try_into().unwrap_or_default()) as u64;
-    let body_len = u64::from_le_bytes(file[12..20].try_into().unwrap_or_default());
-    let total = 20u64
-        .checked_add(meta_len)
-        .and_then(|n| n.checked_add(body_len))
-        .and_then(|n| n.checked_add(8))
-        .ok_or(CorruptObject::Metadata)?;
-    if (file.len() as u64) < total {
+    let meta_len = u32::from_le_bytes(fixed[8..12].try_into().unwrap_or_default()) as u64;
+    if meta_len > MAX_META {
+        return Err(CorruptObject::Metadata);
+    }
+    let body_offset = HEAD_FIXED + meta_len;
+    let body_len = file_len
+        .checked_sub(body_offset + TRAILER)
+        .ok_or(CorruptObject::Truncated)?;
+    Ok(Layout {
+        meta_len,
+        body_offset,
+        body_len,
+    })
+}
+
+/// Check the trailer (the last [`TRAILER`] bytes) against the layout: a
+/// torn file is shorter than its trailer says. The checksum is returned
+/// for the caller that hashes the file.
+pub fn check_trailer(l: &Layout, trailer: &[u8]) -> Result<u64, CorruptObject> {
+    let t: [u8; 16] = trailer.try_into().map_err(|_| CorruptObject::Truncated)?;
+    let body_len = u64::from_le_bytes(t[..8].try_into().unwrap_or_default());
+    if body_len != l.body_len {
         return Err(CorruptObject::Truncated);
     }
-    if file.len() as u64 != total {
-        return Err(CorruptObject::Checksum);
-    }
+    Ok(u64::from_le_bytes(t[8..].try_into().unwrap_or_default()))
+}
+
+/// Decode and verify a whole file held in memory (see [`encode`]).
+pub fn decode(file: Bytes) -> Result<CachedObject, CorruptObject> {
+    let l = layout(&file, file.len() as u64)?;
     let sum_at = file.len() - 8;
-    let sum = u64::from_le_bytes(file[sum_at..].try_into().unwrap_or_default());
+    let sum = check_trailer(&l, &file[sum_at - 8..])?;
     if xxhash_rust::xxh3::xxh3_64(&file[..sum_at]) != sum {
         return Err(CorruptObject::Checksum);
     }
-    let meta_end = 20 + meta_len as usize;
-    let body = file.slice(meta_end..sum_at);
-    let mut m = file.slice(20..meta_end);
-    decode_meta(&mut m, body).ok_or(CorruptObject::Metadata)
+    let meta = file.slice(HEAD_FIXED as usize..l.body_offset as usize);
+    let body = file.slice(l.body_offset as usize..(l.body_offset + l.body_len) as usize);
+    decode_meta(meta, body)
 }
 
-fn decode_meta(m: &mut Bytes, body: Bytes) -> Option<CachedObject> {
+/// An object from its metadata (the bytes between the fixed head and the
+/// body) and its body.
+pub fn decode_meta(mut meta: Bytes, body: Bytes) -> Result<CachedObject, CorruptObject> {
+    meta_fields(&mut meta, body).ok_or(CorruptObject::Metadata)
+}
+
+fn meta_fields(m: &mut Bytes, body: Bytes) -> Option<CachedObject> {
     fn need(m: &Bytes, n: usize) -> Option<()> {
         (m.remaining() >= n).then_some(())
     }
@@ -261,6 +337,7 @@ fn decode_meta(m: &mut Bytes, body: Bytes) -> Option<CachedObject> {
         headers,
         body,
         file: None,
+        file_offset: 0,
         vary,
         freshness: Freshness {
             storable: true,
@@ -291,6 +368,7 @@ pub(crate) mod tests {
             headers,
             body: Bytes::copy_from_slice(body),
             file: None,
+            file_offset: 0,
             vary: vec![Bytes::from_static(b"accept-encoding")],
             freshness: Freshness {
                 storable: true,

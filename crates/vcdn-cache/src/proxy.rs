@@ -12,8 +12,10 @@ use parking_lot::Mutex;
 use vcdn_http::header::is_hop_by_hop;
 use vcdn_http::{date, Headers, Method, RequestHead};
 
+use crate::body::Body;
 use crate::config::CacheConfig;
 use crate::fetch::{Fetch, FetchError, FetchReader, FetchedHead};
+use crate::fill::Fill;
 use crate::key::{variant_key, vary_names, ObjectId};
 use crate::metrics::{CacheStatus, HitTally, Metrics};
 use crate::object::{CachedObject, ObjectParts, ObjectStats};
@@ -418,7 +420,7 @@ impl Cache {
             primary.clone(),
             req.headers.clone(),
             stats,
-            self.store.max_object(),
+            self.store.max_memory_object() as u64,
             self.cfg.stream_window,
         );
         map.insert(pid, fetch.clone());
@@ -437,7 +439,7 @@ impl Cache {
             primary,
             req.headers.clone(),
             Arc::default(),
-            self.store.max_object(),
+            self.store.max_memory_object() as u64,
             self.cfg.stream_window,
         );
         let reader = fetch.join().expect("a new fetch can be joined");
@@ -680,25 +682,32 @@ impl Cache {
             (o.status, o.body.clone())
         };
         head.clear();
-        let close = !ctx.keep_alive;
+        let mut close = !ctx.keep_alive;
         let length = (code != 204 && code != 304).then_some(body.len() as u64);
-        write_object_head(&mut head, o, code, age, status, range, length, close);
         let sent = if ctx.head_only { 0 } else { body.len() as u64 };
+        let body = if ctx.head_only || code == 204 || code == 304 {
+            ReplyBody::Empty
+        } else if let Some(part) = small_part_of_disk_file(o, body.len(), range) {
+            part.unwrap_or_else(|()| {
+                // Cut short: the client sees a truncated response.
+                close = true;
+                ReplyBody::Empty
+            })
+        } else if let Some(file) = &o.file {
+            ReplyBody::Shared {
+                bytes: body,
+                file: file.clone(),
+                offset: o.file_offset + range.map_or(0, |r| r.0),
+            }
+        } else {
+            ReplyBody::Full(body)
+        };
+        write_object_head(&mut head, o, code, age, status, range, length, close);
         self.metrics.response(code, sent);
         Reply {
             status: code,
             head,
-            body: if ctx.head_only || code == 204 || code == 304 {
-                ReplyBody::Empty
-            } else if let Some(file) = &o.file {
-                ReplyBody::Shared {
-                    bytes: body,
-                    file: file.clone(),
-                    offset: range.map_or(0, |r| r.0),
-                }
-            } else {
-                ReplyBody::Full(body)
-            },
+            body,
             close,
             stats,
         }
@@ -957,18 +966,44 @@ impl Cache {
             // Nobody else may join a response that will not be cached.
             self.forget(fetch, registered);
         }
+        let vary = vary.unwrap_or_default();
+        let key = if vary.is_empty() {
+            fetch.key.clone()
+        } else {
+            variant_key(&fetch.key, &vary, &fetch.leader_headers)
+        };
+        let object = |body: Body| {
+            CachedObject::new(ObjectParts {
+                key: key.clone(),
+                primary: fetch.key.clone(),
+                status,
+                headers: headers.clone(),
+                body: body.bytes,
+                file: body.file,
+                file_offset: 0,
+                vary: vary.clone(),
+                freshness,
+                response_time,
+                initial_age,
+                stats: fetch.stats.clone(),
+            })
+        };
+        let meta = storable.then(|| Arc::new(object(Body::heap(Bytes::new()))));
+        let mut fill = Fill::start(self.clone(), fetch.clone(), meta, content_length).await;
         let outcome = loop {
             match resp.body.next().await {
                 Ok(Some(chunk)) => {
                     self.metrics
                         .upstream_bytes
                         .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    fill.admit(chunk.len() as u64).await;
                     if !fetch.push(chunk).await {
                         break Err(FetchError {
                             status: 499,
                             message: "every client left".into(),
                         });
                     }
+                    fill.pushed().await;
                 }
                 Ok(None) => break Ok(()),
                 Err(e) => {
@@ -983,29 +1018,8 @@ impl Cache {
         };
         let ok = outcome.is_ok();
         fetch.finish(outcome);
-        if ok && storable {
-            if let Some(body) = fetch.complete_body() {
-                let vary = vary.unwrap_or_default();
-                let key = if vary.is_empty() {
-                    fetch.key.clone()
-                } else {
-                    variant_key(&fetch.key, &vary, &fetch.leader_headers)
-                };
-                let o = Arc::new(CachedObject::new(ObjectParts {
-                    key,
-                    primary: fetch.key.clone(),
-                    status,
-                    headers,
-                    body: body.bytes,
-                    file: body.file,
-                    vary,
-                    freshness,
-                    response_time,
-                    initial_age,
-                    stats: fetch.stats.clone(),
-                }));
-                self.put(o).await;
-            }
+        if let Some(body) = fill.finish(ok && storable).await {
+            self.put(Arc::new(object(body))).await;
         }
         self.forget(fetch, registered);
     }
@@ -1060,6 +1074,7 @@ impl Cache {
             headers,
             body: old.body.clone(),
             file: old.file.clone(),
+            file_offset: old.file_offset,
             vary: old.vary.clone(),
             freshness,
             response_time,
@@ -1176,6 +1191,34 @@ fn needs_full_path(name: &[u8]) -> bool {
     ]
     .iter()
     .any(|f| name.eq_ignore_ascii_case(f))
+}
+
+/// A small part (at most 64 KiB, which a front end would copy) of an
+/// object sent from its disk-tier file, read with pread: the file's mapping
+/// is never read through, so its pages do not become resident and a file
+/// changed behind the cache's back cannot fault the process. `None` for
+/// anything else (the object's body is then used as it is); `Err` when the
+/// file cannot be read.
+fn small_part_of_disk_file(
+    o: &CachedObject,
+    len: usize,
+    range: Option<(u64, u64)>,
+) -> Option<Result<ReplyBody, ()>> {
+    use std::os::unix::fs::FileExt;
+    // Shared-memory bodies start at 0 and are sealed; disk files after a head.
+    let file = o.file.as_ref().filter(|_| o.file_offset > 0)?;
+    if len > crate::body::SHM_MIN {
+        return None;
+    }
+    let mut part = vec![0u8; len];
+    let at = o.file_offset + range.map_or(0, |r| r.0);
+    Some(match file.read_exact_at(&mut part, at) {
+        Ok(()) => Ok(ReplyBody::Full(Bytes::from(part))),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a disk-tier file");
+            Err(())
+        }
+    })
 }
 
 /// The head of a reply from a stored object: status line, the stored

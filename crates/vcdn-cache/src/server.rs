@@ -18,6 +18,7 @@ use tokio::io::unix::AsyncFd;
 use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use vcdn_http::{parse_request, BodyFraming, Limits, Method, ParseError, RequestHead};
 
+use crate::fetch::Piece;
 use crate::metrics::{CacheStatus, HitTally};
 use crate::panic;
 use crate::proxy::{AtOnce, Cache};
@@ -741,26 +742,24 @@ impl Conn<'_> {
                     match reader.next().await {
                         Ok(Some(mut b)) => {
                             if skip > 0 {
-                                let n = (skip as usize).min(b.len());
-                                let _ = b.split_to(n);
-                                skip -= n as u64;
+                                let n = skip.min(b.len());
+                                b.advance(n);
+                                skip -= n;
                             }
                             if let Some(t) = take.as_mut() {
-                                if b.len() as u64 > *t {
-                                    b.truncate(*t as usize);
-                                }
-                                *t -= b.len() as u64;
+                                b.truncate(*t);
+                                *t -= b.len();
                             }
                             if !b.is_empty() {
-                                sent += b.len() as u64;
+                                sent += b.len();
                                 if chunked {
                                     let mut h = Vec::with_capacity(12);
-                                    chunk_header(b.len(), &mut h);
+                                    chunk_header(b.len() as usize, &mut h);
                                     self.write(&h).await?;
-                                    self.write(&b).await?;
+                                    self.write_piece(&b).await?;
                                     self.write(b"\r\n").await?;
                                 } else {
-                                    self.write(&b).await?;
+                                    self.write_piece(&b).await?;
                                 }
                             }
                             if take == Some(0) {
@@ -793,6 +792,15 @@ impl Conn<'_> {
             self.flush().await?;
         }
         Ok(true)
+    }
+
+    /// Write a piece of a streamed body: bytes, or a range of the file it
+    /// is being written to (sent from the file, never read into memory).
+    async fn write_piece(&mut self, p: &Piece) -> std::io::Result<()> {
+        match p {
+            Piece::Bytes(b) => self.write(b).await,
+            Piece::File { file, offset, len } => self.send_file(file, *offset, *len).await,
+        }
     }
 
     /// Send `len` bytes of `file` from `offset` with sendfile(2): the kernel

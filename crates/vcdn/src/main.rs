@@ -114,9 +114,12 @@ struct CacheArgs {
     #[arg(long, env = "VCDN_INSTANCE_ID")]
     instance_id: Option<String>,
     /// Memory tier size, e.g. 256M [default: 256M].
+    /// It bounds all memory for objects: the memory tier and the bodies
+    /// being fetched into it.
     #[arg(long, env = "VCDN_MEMORY", value_parser = parse_size)]
     memory: Option<u64>,
-    /// Directory of the disk tier (kept across restarts).
+    /// Directory of the disk tier (kept across restarts): new, empty, or
+    /// one a vcdn cache created.
     #[arg(long, env = "VCDN_DISK")]
     disk: Option<PathBuf>,
     /// Disk tier size, e.g. 10G [default: 1G].

@@ -266,7 +266,10 @@ async fn disk_tier_survives_a_restart_and_drops_corrupt_files() {
     assert!(written, "objects reach the disk tier");
     c.kill();
     // Corrupt the file of /size/2000: flip a byte in the middle.
-    let files: Vec<_> = walk(&dir);
+    let files: Vec<_> = walk(&dir)
+        .into_iter()
+        .filter(|f| !f.ends_with("VCDN-DISK-TIER"))
+        .collect();
     assert_eq!(files.len(), 2);
     for f in &files {
         let data = std::fs::read(f).unwrap();
@@ -827,4 +830,371 @@ async fn the_epoll_loop_serves_everything_when_io_uring_is_off() {
     assert_eq!(caches, ["X-Cache: HIT", "X-Cache: MISS", "X-Cache: HIT"]);
     let slow = raw(c.addr, b"GET /size/5 HTTP/1.1\r\n", Duration::from_secs(5));
     assert_eq!(status_of(&slow), 408, "{slow}");
+}
+
+/// GET `path` on a new connection and check, as it streams in, that the
+/// body is the demo origin's synthetic object of `size` bytes. Returns
+/// the X-Cache value. Nothing of the body is kept, so the test process
+/// stays small however large the object.
+async fn get_synthetic(addr: std::net::SocketAddr, path: &str, size: u64) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // One period of the synthetic pattern, repeated to cover any read.
+    const READ: usize = 64 * 1024;
+    let pattern: Vec<u8> = (0..(READ + 36) as u64).map(vcdn_origin::byte_at).collect();
+    let work = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut buf = vec![0u8; READ];
+        let mut head = Vec::new();
+        let body_start = loop {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "{path}: connection closed in the head");
+            head.extend_from_slice(&buf[..n]);
+            if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        let text = String::from_utf8_lossy(&head[..body_start]).to_ascii_lowercase();
+        assert!(text.starts_with("http/1.1 200"), "{path}: {text}");
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        assert_eq!(field("content-length"), size.to_string(), "{path}");
+        let mut pos = 0u64;
+        let check = |data: &[u8], pos: &mut u64| {
+            let at = (*pos % 36) as usize;
+            assert!(
+                data == &pattern[at..at + data.len()],
+                "{path}: wrong bytes near offset {pos}"
+            );
+            *pos += data.len() as u64;
+        };
+        check(&head[body_start..], &mut pos);
+        loop {
+            let n = s.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            check(&buf[..n], &mut pos);
+        }
+        assert_eq!(pos, size, "{path}: body length");
+        field("x-cache").to_ascii_uppercase()
+    };
+    tokio::time::timeout(Duration::from_secs(60), work)
+        .await
+        .unwrap_or_else(|_| panic!("{path} took more than 60 s"))
+}
+
+/// Shared memory a process holds in memfds (object bodies), KiB: written
+/// with write(2) and sent with sendfile(2), their pages are not in RSS
+/// until mapped and touched, yet they are memory.
+fn memfd_kib(pid: u32) -> u64 {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy().starts_with("/memfd:"))
+        })
+        .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+        .map(|m| m.len() / 1024)
+        .sum()
+}
+
+/// The highest memory of a process (resident, plus shared memory held in
+/// memfds), sampled every 2 ms on a thread of its own until the returned
+/// guard is stopped.
+struct RssPeak {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl RssPeak {
+    fn watch(pid: u32) -> RssPeak {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(rss_kib(pid) + memfd_kib(pid));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            peak
+        });
+        RssPeak {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}
+
+impl Drop for RssPeak {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `--memory` bounds what the cache holds of objects: a 100 MB object,
+/// fetched through a cache of 16 MiB (with a disk tier, then without),
+/// joined while it is fetched and then sent to four clients at once from
+/// the disk tier, and sixteen concurrent misses of 3 MB objects, never make
+/// the process hold (resident or in shared memory) more than its idle size
+/// + `--memory` + the stream window (8 MiB, the one fixed buffer of a
+/// stream too large to keep) + 24 MiB for threads, sockets and allocator
+/// slack.
+#[tokio::test]
+async fn a_large_object_stays_within_the_memory_budget() {
+    const SIZE: u64 = 100_000_000;
+    const SLACK_KIB: u64 = 24 * 1024;
+    let path = format!("/size/{SIZE}");
+    let o = origin();
+    let dir = tempdir("budget");
+    let d = dir.to_string_lossy().into_owned();
+    // The stream window is left at its default, 8 MiB.
+    let flags = ["--memory", "16M", "--threads", "2"];
+    let mut with_disk = flags.to_vec();
+    with_disk.extend_from_slice(&["--disk", &d, "--disk-size", "1G"]);
+    for (name, extra) in [("disk tier", with_disk), ("memory only", flags.to_vec())] {
+        let c = cache(o.addr, &extra);
+        let pid = c.child.id();
+        // Idle, with its threads and listeners up.
+        assert_eq!(get(c.addr, "/size/1").await.status(), 200);
+        let idle = rss_kib(pid) + memfd_kib(pid);
+        let budget = idle + 16 * 1024 + 8 * 1024 + SLACK_KIB;
+        let peak = RssPeak::watch(pid);
+        if name == "disk tier" {
+            // At 250 MB/s the miss lasts 0.4 s; a second client joins
+            // when a tenth has arrived and is sent that part from the
+            // file being written.
+            let slow = format!("{path}?rate=250000000");
+            let first = {
+                let (slow, addr) = (slow.clone(), c.addr);
+                tokio::spawn(async move { get_synthetic(addr, &slow, SIZE).await })
+            };
+            let midway = eventually(10, || async {
+                let v: serde_json::Value =
+                    serde_json::from_slice(&admin(&c, "GET", "/objects", "").await.body).unwrap();
+                v["fetching"][0]["fetch_progress"].as_f64().unwrap_or(0.0) > 0.1
+            })
+            .await;
+            assert!(midway, "the miss is seen in flight");
+            let late = get_synthetic(c.addr, &slow, SIZE).await;
+            assert_eq!(first.await.unwrap(), "MISS");
+            assert_eq!(late, "COALESCED", "the late client joins the fetch");
+            let stored = eventually(10, || async {
+                let s: serde_json::Value =
+                    serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+                s["disk"]["objects"] == 2
+            })
+            .await;
+            assert!(stored, "the object reaches the disk tier");
+            // A body of unknown length (chunked) leaves memory for the disk
+            // once it outgrows the memory tier, and is kept there.
+            let chunked = "/size/20000000?chunked=1";
+            let r = get(c.addr, chunked).await;
+            assert!(r.body == synth(20_000_000), "chunked body");
+            let r = get(c.addr, chunked).await;
+            assert_eq!(x_cache(&r), "HIT");
+            assert!(r.body == synth(20_000_000), "chunked body from disk");
+            let hits = concurrently(4, c.addr, &slow, SIZE).await;
+            assert!(hits.iter().all(|h| h == "HIT"), "disk hits: {hits:?}");
+            // Parts of it, small (read) and large (sent from the file).
+            for (from, to) in [(1_000u64, 1_099u64), (50_000_000, 50_999_999)] {
+                let range = format!("bytes={from}-{to}");
+                let r = get_with(c.addr, &slow, &[("Range", &range)]).await;
+                assert_eq!(r.status(), 206, "{range}");
+                assert_eq!(x_cache(&r), "HIT");
+                let want: Vec<u8> = (from..=to).map(vcdn_origin::byte_at).collect();
+                assert!(r.body == want, "{range}: wrong bytes");
+            }
+        } else {
+            assert_eq!(get_synthetic(c.addr, &path, SIZE).await, "MISS");
+            let again = concurrently(2, c.addr, &path, SIZE).await;
+            assert!(
+                again.iter().all(|h| h == "MISS" || h == "COALESCED"),
+                "{again:?}"
+            );
+            // A body of unknown length that outgrows the memory tier is
+            // passed through, whole and correct, and not kept.
+            let chunked = "/size/20000000?chunked=1";
+            let r = get(c.addr, chunked).await;
+            assert!(r.body == synth(20_000_000), "chunked body");
+            assert_eq!(x_cache(&get(c.addr, chunked).await), "MISS");
+            // Sixteen misses at once of objects the memory tier takes
+            // (3 MB each): the bodies in flight share its budget.
+            let tasks: Vec<_> = (0..16)
+                .map(|i| {
+                    let addr = c.addr;
+                    let size = 3_000_000 + i;
+                    tokio::spawn(async move {
+                        get_synthetic(addr, &format!("/size/{size}"), size).await
+                    })
+                })
+                .collect();
+            for t in tasks {
+                assert_eq!(t.await.unwrap(), "MISS");
+            }
+        }
+        let peak = peak.stop();
+        eprintln!(
+            "{name}: memory (RSS + memfds) idle {idle} KiB, peak {peak} KiB, budget {budget} KiB"
+        );
+        assert!(
+            peak <= budget,
+            "{name}: memory (RSS + memfds) reached {peak} KiB, over the budget of {budget} KiB (idle {idle} KiB + 16 MiB memory + 8 MiB stream window + {SLACK_KIB} KiB)"
+        );
+    }
+}
+
+/// `n` clients fetching the same object at once; their X-Cache values.
+async fn concurrently(n: usize, addr: std::net::SocketAddr, path: &str, size: u64) -> Vec<String> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let path = path.to_string();
+            tokio::spawn(async move { get_synthetic(addr, &path, size).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// Every file under `dir` with a digest of its contents, to compare
+/// before and after.
+fn snapshot(dir: &std::path::Path) -> Vec<(std::path::PathBuf, usize, u64)> {
+    use std::hash::{Hash, Hasher};
+    let mut files: Vec<_> = walk(dir)
+        .into_iter()
+        .map(|p| {
+            let data = std::fs::read(&p).unwrap();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            data.hash(&mut h);
+            (p, data.len(), h.finish())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Run `vcdn ARGS`, which must exit within 10 s; its status and stderr.
+fn run_to_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(args)
+        .env("VCDN_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("vcdn starts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("vcdn {args:?} is still running after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    (status, err)
+}
+
+/// Pointed at a directory it did not create, the disk tier refuses to
+/// start and leaves every file as it was.
+#[tokio::test]
+async fn disk_tier_refuses_a_directory_it_did_not_create() {
+    let dir = tempdir("not-ours");
+    std::fs::write(dir.join("notes.txt"), b"my notes").unwrap();
+    std::fs::create_dir_all(dir.join("ab/cd")).unwrap();
+    std::fs::write(dir.join("ab/report.pdf"), b"%PDF-1.4 quarterly").unwrap();
+    std::fs::write(dir.join("ab/cd/photo.jpg"), [0xffu8, 0xd8, 0xff]).unwrap();
+    // Looks like a cache object's name, but vcdn did not write it.
+    std::fs::write(dir.join("ab/ab00000000000001"), b"not a cache object").unwrap();
+    let before = snapshot(&dir);
+    let d = dir.to_string_lossy().into_owned();
+    let (status, err) = run_to_exit(&[
+        "cache",
+        "--listen",
+        "127.0.0.1:0",
+        "--disk",
+        &d,
+        "--disk-size",
+        "8M",
+    ]);
+    assert!(
+        !status.success(),
+        "the cache started on a foreign directory"
+    );
+    assert!(err.contains(&d), "the error names the directory: {err}");
+    assert!(
+        err.contains("empty"),
+        "the error says what to do (an empty or new directory): {err}"
+    );
+    assert_eq!(snapshot(&dir), before, "the directory is left as it was");
+}
+
+/// Inside its own directory, the disk tier keeps what it does not
+/// recognise: stray files survive a restart, and its objects still load.
+#[tokio::test]
+async fn disk_tier_keeps_files_it_does_not_recognise() {
+    let o = origin();
+    let dir = tempdir("stray");
+    let d = dir.to_string_lossy().into_owned();
+    let c = cache(o.addr, &["--disk", &d, "--disk-size", "64M"]);
+    assert_eq!(x_cache(&get(c.addr, "/size/1000").await), "MISS");
+    let written = eventually(5, || async {
+        let s: serde_json::Value =
+            serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+        s["disk"]["objects"] == 1
+    })
+    .await;
+    assert!(written, "the object reaches the disk tier");
+    c.kill();
+    let object = walk(&dir)
+        .into_iter()
+        .find(|p| {
+            std::fs::read(p)
+                .unwrap()
+                .windows(10)
+                .any(|w| w == b"/size/1000")
+        })
+        .expect("the object's file");
+    let fanout = object.parent().unwrap().to_path_buf();
+    std::fs::write(dir.join("README"), b"operator's note").unwrap();
+    std::fs::write(fanout.join("stray.txt"), b"stray").unwrap();
+    std::fs::write(fanout.join("00000000000000aa"), b"not ours either").unwrap();
+    std::fs::create_dir_all(dir.join("zz")).unwrap();
+    std::fs::write(dir.join("zz/keep.bin"), [1u8, 2, 3]).unwrap();
+    let before = snapshot(&dir);
+    let c = cache(o.addr, &["--disk", &d, "--disk-size", "64M"]);
+    let loaded = eventually(5, || async {
+        let s: serde_json::Value =
+            serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+        s["disk"]["objects"] == 1
+    })
+    .await;
+    assert!(loaded, "the index is rebuilt with the object");
+    let r = get(c.addr, "/size/1000").await;
+    assert_eq!(x_cache(&r), "HIT");
+    assert_eq!(r.body, synth(1000));
+    c.kill();
+    assert_eq!(snapshot(&dir), before, "stray files are kept, untouched");
 }

@@ -13,6 +13,7 @@ use lru::LruCache;
 use parking_lot::Mutex;
 use vcdn_http::Headers;
 
+use crate::body::Body;
 use crate::key::{variant_key, ObjectId};
 use crate::object::CachedObject;
 use disk::DiskTier;
@@ -28,6 +29,9 @@ struct Variants {
 struct Memory {
     lru: LruCache<ObjectId, Arc<CachedObject>>,
     bytes: usize,
+    /// Bytes reserved by bodies being fetched for this tier: with `bytes`,
+    /// never more than the capacity.
+    pending: usize,
     vary: HashMap<ObjectId, Variants>,
 }
 
@@ -66,6 +70,7 @@ impl Store {
             mem: Mutex::new(Memory {
                 lru: LruCache::unbounded(),
                 bytes: 0,
+                pending: 0,
                 vary: HashMap::new(),
             }),
             mem_cap,
@@ -151,12 +156,41 @@ impl Store {
         self.disk.as_ref().is_some_and(|d| d.contains(id))
     }
 
-    /// Read from the disk tier (blocking) and promote into memory.
+    /// Open from the disk tier (blocking). An object the memory tier takes
+    /// is copied into memory (promoted); a larger one is served from its
+    /// file and never read into memory.
     pub fn load_disk(&self, id: ObjectId, key: &[u8]) -> Option<Arc<CachedObject>> {
         let o = self.disk.as_ref()?.read(id)?;
         if o.key != key {
             return None;
         }
+        if o.cost() > self.max_memory_object() {
+            return Some(Arc::new(o));
+        }
+        let o = match o.file.clone() {
+            Some(f) => {
+                // Promoted meanwhile by another request: no second copy.
+                if let Some(m) = self.get_memory(id, key) {
+                    return Some(m);
+                }
+                // The copy counts against the tier while it is made; when
+                // the budget refuses it, the object is sent from its file.
+                let len = o.body.len();
+                if !self.reserve(len) {
+                    return Some(Arc::new(o));
+                }
+                let copy = Body::copy_of(&f, o.file_offset, len as u64);
+                self.release(len);
+                match copy {
+                    Ok(b) => o.with_body(b.bytes, b.file, 0),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot copy a disk object into memory");
+                        return Some(Arc::new(o));
+                    }
+                }
+            }
+            None => o,
+        };
         let o = Arc::new(o);
         self.put_memory(o.clone());
         Some(o)
@@ -194,8 +228,14 @@ impl Store {
         if let Some(old) = m.lru.put(o.id, o) {
             m.bytes -= old.cost();
         }
+        self.make_room(&mut m)
+    }
+
+    /// Evict least recently used objects until the tier and the bodies
+    /// being fetched for it fit the capacity.
+    fn make_room(&self, m: &mut Memory) -> u64 {
         let mut evicted = 0;
-        while m.bytes > self.mem_cap {
+        while m.bytes + m.pending > self.mem_cap {
             match m.lru.pop_lru() {
                 Some((_, old)) => {
                     m.bytes -= old.cost();
@@ -205,6 +245,26 @@ impl Store {
             }
         }
         evicted
+    }
+
+    /// Reserve `n` bytes of the memory tier for a body being fetched into
+    /// it, evicting if needed. False when bodies in flight already hold a
+    /// quarter of the tier: the fetch must then not keep its body in
+    /// memory (it goes to the disk tier as it arrives, or is not kept).
+    pub fn reserve(&self, n: usize) -> bool {
+        let mut m = self.mem.lock();
+        if m.pending + n > self.max_memory_object() {
+            return false;
+        }
+        m.pending += n;
+        self.make_room(&mut m);
+        true
+    }
+
+    /// Give back a reservation (the body is stored, or will not be).
+    pub fn release(&self, n: usize) {
+        let mut m = self.mem.lock();
+        m.pending = m.pending.saturating_sub(n);
     }
 
     /// Remove one id from both tiers.
@@ -334,6 +394,25 @@ mod tests {
         assert!(s.get_memory(objs[9].id, b"/9").is_some());
         // A colliding id with another key is a miss, not a wrong object.
         assert!(s.get_memory(objs[9].id, b"/other").is_none());
+    }
+
+    #[test]
+    fn bodies_in_flight_share_the_memory_budget() {
+        let s = Store::new(8 * 1024, None).unwrap();
+        for i in 0..10 {
+            s.insert(Arc::new(sample(&format!("/{i}"), &[b'x'; 500])));
+        }
+        let (_, before) = s.memory_usage();
+        assert!(s.reserve(1500));
+        let (_, after) = s.memory_usage();
+        assert!(after < before, "room is made by evicting");
+        assert!(after + 1500 <= 8 * 1024);
+        // Inserting does not let the tier grow into the reservation.
+        s.insert(Arc::new(sample("/new", &[b'y'; 500])));
+        assert!(s.memory_usage().1 + 1500 <= 8 * 1024);
+        assert!(!s.reserve(1000), "bodies in flight hold at most a quarter");
+        s.release(1500);
+        assert!(s.reserve(1000));
     }
 
     #[test]
