@@ -122,10 +122,10 @@ async fn write(reply: Reply, head_only: bool) {
                 let next = tokio::time::timeout(Duration::from_secs(1), reader.next()).await;
                 match next {
                     Ok(Ok(Some(mut b))) => {
-                        let k = (skip as usize).min(b.len());
-                        let _ = b.split_to(k);
-                        skip -= k as u64;
-                        sent += b.len() as u64;
+                        let k = skip.min(b.len());
+                        b.advance(k);
+                        skip -= k;
+                        sent += b.len();
                         if let Some(t) = take.filter(|&t| sent >= t) {
                             sent = t;
                             break;

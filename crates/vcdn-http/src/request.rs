@@ -282,8 +282,38 @@ fn valid_reg_name(h: &[u8]) -> bool {
     true
 }
 
+/// `unreserved / sub-delims` (RFC 3986 §2.2, §2.3) as a table: every
+/// request's Host is checked, one lookup per byte.
+const UNRESERVED_OR_SUB_DELIM: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            );
+        c += 1;
+    }
+    t
+};
+
 fn is_unreserved_or_sub_delim(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&c)
+    UNRESERVED_OR_SUB_DELIM[c as usize]
 }
 
 /// Parse one request head from the start of `buf`.
