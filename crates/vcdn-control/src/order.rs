@@ -82,6 +82,62 @@ impl Control {
         ))
     }
 
+    /// The origin policy a service of `customer` and `flavor` gets now.
+    async fn policy_for(&self, customer: &str, flavor: &str) -> Result<String, ControlError> {
+        let settings = self.settings().await?;
+        let cu = self.customer(customer).await?;
+        let flavor_allow = self
+            .flavors()
+            .await?
+            .into_iter()
+            .find(|f| f.name == flavor)
+            .map(|f| f.origin_allow)
+            .unwrap_or_default();
+        let platform = self.platform_addresses().await?;
+        origin::service_policy(&settings, &flavor_allow, &cu.origin_allow, &platform)
+            .map(|p| p.to_string())
+            .map_err(ControlError::Invalid)
+    }
+
+    /// Services ordered before origin policies existed get one at start,
+    /// from the operator's settings as they are, so that every cache
+    /// started for them from now on enforces it. Caches adopted while they
+    /// run keep none until they are relaunched: the log says which.
+    pub(crate) async fn backfill_origin_policies(&self) {
+        let missing: Vec<(String, String, String)> = {
+            let services = self.services.lock().await;
+            services
+                .values()
+                .filter(|s| s.origin_policy.is_empty() && s.state.live())
+                .map(|s| (s.id.clone(), s.customer.clone(), s.spec.flavor.clone()))
+                .collect()
+        };
+        for (id, customer, flavor) in missing {
+            let policy = match self.policy_for(&customer, &flavor).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(service = %id, error = %e, "cannot give the service an origin policy");
+                    continue;
+                }
+            };
+            let updated = {
+                let mut services = self.services.lock().await;
+                services.get_mut(&id).map(|s| {
+                    s.origin_policy = policy;
+                    s.clone()
+                })
+            };
+            if let Some(s) = updated {
+                self.persist(&s).await;
+                tracing::warn!(
+                    service = %id,
+                    "service ordered before origin policies: its caches enforce the operator's \
+                     policy from their next start; running ones enforce none until relaunched"
+                );
+            }
+        }
+    }
+
     /// Every check of an order that needs no lock: its fields, its lease
     /// against the operator's limits, its origin against the policy the
     /// service would get (every address the name resolves to).

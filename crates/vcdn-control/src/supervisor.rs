@@ -832,6 +832,7 @@ impl Control {
     /// - Instances that still run and prove their identity are adopted;
     ///   the others are started again. The router gets every live service.
     pub async fn reconcile(&self) {
+        self.backfill_origin_policies().await;
         let vim = self.vim.clone();
         let marked = tokio::task::spawn_blocking(move || vim.marked())
             .await

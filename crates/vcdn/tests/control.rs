@@ -689,12 +689,43 @@ async fn a_restarted_control_plane_keeps_services_and_adopts_instances() {
     }
     // SAFETY: killing an instance process.
     unsafe { libc::kill(pids[0] as i32, libc::SIGKILL) };
+    // The service is made one ordered before origin policies existed.
+    {
+        let store =
+            vcdn_control::store::Store::open(&up.dir, &vcdn_control::store::OpenOptions::default())
+                .await
+                .expect("the store opens");
+        let mut doc: Value = store
+            .get("service", &id)
+            .await
+            .unwrap()
+            .expect("the service");
+        assert!(doc["origin_policy"]
+            .as_str()
+            .is_some_and(|p| p.contains("deny")));
+        doc.as_object_mut().unwrap().remove("origin_policy");
+        store.put("service", &id, &doc).await.unwrap();
+    }
     std::thread::sleep(Duration::from_millis(100));
     up.launch();
 
     let v = up.service(&id).await;
     assert_eq!(v["state"], "active", "{v}");
+    // It gets the operator's policy at start, and the re-created cache
+    // enforces it.
     let now = all_pids(&v);
+    let fresh = now
+        .iter()
+        .find(|p| !pids.contains(p))
+        .expect("a re-created cache");
+    let cmdline = std::fs::read(format!("/proc/{fresh}/cmdline")).unwrap();
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    assert!(
+        args.windows(2)
+            .any(|w| w[0] == b"--origin-policy" && w[1].starts_with(b"deny 0.0.0.0/8")),
+        "the re-created cache runs without the policy: {}",
+        String::from_utf8_lossy(&cmdline)
+    );
     assert_eq!(now.len(), 4);
     assert!(!now.contains(&pids[0]), "the dead one is re-created");
     for p in &pids[1..] {
