@@ -223,22 +223,18 @@ start_origin() {
   LAST_PID=$!
 }
 
-start_vcdn() {
-  RUST_LOG=${RUST_LOG:-warn} taskset -c "$SERVER_CPU" "$VCDN_BIN" cache \
-    --listen "127.0.0.1:${PORT[vcdn]}" --upstream "http://127.0.0.1:$ORIGIN_PORT" \
+# A vcdn build as server NAME: start_cache BIN NAME.
+start_cache() {
+  RUST_LOG=${RUST_LOG:-warn} taskset -c "$SERVER_CPU" "$1" cache \
+    --listen "127.0.0.1:${PORT[$2]}" --upstream "http://127.0.0.1:$ORIGIN_PORT" \
     --memory "$MEMORY_BYTES" --threads 1 $VCDN_CACHE_ARGS \
-    >"$TMP/vcdn.log" 2>&1 &
+    >"$TMP/$2.log" 2>&1 &
   LAST_PID=$!
 }
 
+start_vcdn() { start_cache "$VCDN_BIN" vcdn; }
 # The same cache from another build (SERVERS="... base", BASELINE_BIN).
-start_base() {
-  RUST_LOG=${RUST_LOG:-warn} taskset -c "$SERVER_CPU" "$BASELINE_BIN" cache \
-    --listen "127.0.0.1:${PORT[base]}" --upstream "http://127.0.0.1:$ORIGIN_PORT" \
-    --memory "$MEMORY_BYTES" --threads 1 $VCDN_CACHE_ARGS \
-    >"$TMP/base.log" 2>&1 &
-  LAST_PID=$!
-}
+start_base() { start_cache "$BASELINE_BIN" base; }
 
 start_nginx() {
   local d=$TMP/nginx

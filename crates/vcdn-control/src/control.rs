@@ -425,11 +425,7 @@ impl Control {
             &mut || format!("i-{}", random_hex(5)),
             now,
         )?;
-        for i in graph
-            .regions
-            .iter_mut()
-            .flat_map(|r| r.instances.iter_mut())
-        {
+        for i in graph.instances_mut() {
             i.nonce = random_hex(8);
         }
         let planned_vcpus = graph
@@ -502,12 +498,7 @@ impl Control {
 
     pub(crate) fn launch_all(&self, s: &mut Service) -> Result<(), ControlError> {
         let snapshot = s.clone();
-        for i in s
-            .graph
-            .regions
-            .iter_mut()
-            .flat_map(|r| r.instances.iter_mut())
-        {
+        for i in s.graph.instances_mut() {
             self.launch(&snapshot, i)?;
         }
         Ok(())
@@ -541,12 +532,7 @@ impl Control {
             return Ok(s.clone());
         }
         s.state = ServiceState::Active;
-        for i in s
-            .graph
-            .regions
-            .iter_mut()
-            .flat_map(|r| r.instances.iter_mut())
-        {
+        for i in s.graph.instances_mut() {
             i.state = InstanceState::Running;
         }
         let s = s.clone();
@@ -600,12 +586,7 @@ impl Control {
         let before = s.clone();
         s.state = state;
         s.error = error;
-        for i in s
-            .graph
-            .regions
-            .iter_mut()
-            .flat_map(|r| r.instances.iter_mut())
-        {
+        for i in s.graph.instances_mut() {
             i.state = InstanceState::Failed;
             i.pid = None;
         }

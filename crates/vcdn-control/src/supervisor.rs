@@ -129,12 +129,7 @@ impl Control {
                 .filter(|s| matches!(s.state, ServiceState::Active | ServiceState::Degraded))
             {
                 let snapshot = s.clone();
-                for i in s
-                    .graph
-                    .regions
-                    .iter_mut()
-                    .flat_map(|r| r.instances.iter_mut())
-                {
+                for i in s.graph.instances_mut() {
                     if i.state == InstanceState::Draining
                         || self.vim.alive(&i.id, i.pid, &i.identity())
                     {
@@ -283,12 +278,7 @@ impl Control {
             return;
         }
         let mut all = true;
-        for i in s
-            .graph
-            .regions
-            .iter_mut()
-            .flat_map(|r| r.instances.iter_mut())
-        {
+        for i in s.graph.instances_mut() {
             if i.state == InstanceState::Draining {
                 continue;
             }
@@ -674,9 +664,7 @@ impl Control {
         let snapshot = s.clone();
         for i in s
             .graph
-            .regions
-            .iter_mut()
-            .flat_map(|r| r.instances.iter_mut())
+            .instances_mut()
             .filter(|i| added.iter().any(|a| a.id == i.id))
         {
             self.launch(&snapshot, i)?;
@@ -952,12 +940,7 @@ impl Control {
                 let mut services = self.services.lock().await;
                 if let Some(live) = services.get_mut(&id) {
                     let snapshot = live.clone();
-                    for i in live
-                        .graph
-                        .regions
-                        .iter_mut()
-                        .flat_map(|r| r.instances.iter_mut())
-                    {
+                    for i in live.graph.instances_mut() {
                         if let Some((_, pid)) = adopted.iter().find(|(a, _)| *a == i.id) {
                             i.pid = Some(*pid);
                             continue;

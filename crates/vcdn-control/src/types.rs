@@ -271,6 +271,13 @@ pub struct ServiceGraph {
     pub regions: Vec<RegionGraph>,
 }
 
+impl ServiceGraph {
+    /// Every instance of every region, to change.
+    pub fn instances_mut(&mut self) -> impl Iterator<Item = &mut Instance> {
+        self.regions.iter_mut().flat_map(|r| r.instances.iter_mut())
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RegionGraph {
     pub region: String,
