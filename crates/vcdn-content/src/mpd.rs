@@ -78,6 +78,9 @@ pub struct Manifest {
     pub min_buffer_s: f64,
     /// Video representations by increasing bandwidth.
     pub representations: Vec<Representation>,
+    /// Audio representations by increasing bandwidth (a player fetches
+    /// one of them alongside the video; empty for video-only titles).
+    pub audio: Vec<Representation>,
 }
 
 impl Representation {
@@ -345,18 +348,24 @@ pub fn parse(xml: &str) -> Result<Manifest, MpdError> {
         .or(duration_s);
     let base0 = base_of(&base_of("", mpd), period);
     let mut reps = Vec::new();
+    let mut audio = Vec::new();
     for set in children(period, "AdaptationSet") {
-        let is_video = |n: roxmltree::Node| {
-            attr(n, "mimeType").is_some_and(|m| m.starts_with("video/"))
-                || attr(n, "contentType") == Some("video")
+        let is = |n: roxmltree::Node, kind: &str| {
+            attr(n, "mimeType")
+                .is_some_and(|m| m.strip_prefix(kind).is_some_and(|r| r.starts_with('/')))
+                || attr(n, "contentType") == Some(kind)
         };
-        let set_video = is_video(set);
+        let (set_video, set_audio) = (is(set, "video"), is(set, "audio"));
         let base1 = base_of(&base0, set);
         for rep in children(set, "Representation") {
-            if !(set_video || is_video(rep)) {
+            let to_audio = if set_video || is(rep, "video") {
+                false
+            } else if set_audio || is(rep, "audio") {
+                true
+            } else {
                 continue;
-            }
-            if reps.len() >= MAX_REPRESENTATIONS {
+            };
+            if reps.len() + audio.len() >= MAX_REPRESENTATIONS {
                 return Err(MpdError::Invalid(format!(
                     "more than {MAX_REPRESENTATIONS} representations"
                 )));
@@ -468,26 +477,33 @@ pub fn parse(xml: &str) -> Result<Manifest, MpdError> {
                     }]),
                 )
             };
-            reps.push(Representation {
+            let r = Representation {
                 id,
                 bandwidth,
                 width: num(rep, "width"),
                 height: num(rep, "height"),
                 init,
                 segments,
-            });
+            };
+            if to_audio {
+                audio.push(r);
+            } else {
+                reps.push(r);
+            }
         }
     }
     if reps.is_empty() || reps.iter().all(|r| r.count() == Some(0)) {
         return Err(MpdError::NoVideo);
     }
     reps.sort_by_key(|r| r.bandwidth);
+    audio.sort_by_key(|r| r.bandwidth);
     Ok(Manifest {
         dynamic,
         duration_s,
         availability_start: attr(mpd, "availabilityStartTime").map(str::to_string),
         min_buffer_s,
         representations: reps,
+        audio,
     })
 }
 
@@ -560,6 +576,8 @@ mod tests {
         assert_eq!(m.min_buffer_s, 4.0);
         let ids: Vec<&str> = m.representations.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["low", "high"], "video only, by bandwidth");
+        let audio: Vec<&str> = m.audio.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(audio, ["a"], "audio apart");
         let low = &m.representations[0];
         assert_eq!(low.count(), Some(5));
         assert_eq!(

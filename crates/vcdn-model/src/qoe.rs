@@ -44,6 +44,10 @@ pub struct Window {
     pub bitrate_kbps: f64,
     /// Playback failed in or before this window.
     pub failed: bool,
+    /// The session's start-up delay, seconds (its first window only).
+    pub startup_delay_s: f64,
+    /// Quality switches in the media played in the window.
+    pub switches: u32,
 }
 
 /// Hoßfeld et al.'s stalling model: MOS for `n` stalls of mean length
@@ -138,6 +142,7 @@ mod tests {
             longest_stall_s: longest,
             bitrate_kbps: kbps,
             failed: false,
+            ..Window::default()
         }
     }
 

@@ -56,6 +56,9 @@ pub struct Origin {
     generated: AtomicU64,
     /// Real titles served under `/dash/data/`.
     titles: titles::Titles,
+    /// Added before every media segment's answer (a slow origin, for
+    /// testing what viewers see).
+    segment_delay: Duration,
 }
 
 impl Default for Origin {
@@ -76,7 +79,20 @@ impl Origin {
                 .map_or(0, |d| d.as_secs()),
             generated: AtomicU64::new(0),
             titles: titles::Titles::default(),
+            segment_delay: Duration::ZERO,
         }
+    }
+
+    /// Answer every DASH media or initialization segment (not manifests)
+    /// this late.
+    pub fn with_segment_delay(mut self, d: Duration) -> Origin {
+        self.segment_delay = d;
+        self
+    }
+
+    /// Whether `path` is a DASH segment (a media or initialization file).
+    fn is_segment(path: &str) -> bool {
+        (path.starts_with("/dash/") || path.starts_with("/video/")) && !path.ends_with(".mpd")
     }
 
     /// Also serve the real titles of a data set (see [`titles`]).
@@ -170,6 +186,9 @@ async fn route(origin: &Origin, req: Request) -> Response {
     let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
     if let Some(ms) = num("delay_ms") {
         tokio::time::sleep(Duration::from_millis(ms.min(60_000))).await;
+    }
+    if !origin.segment_delay.is_zero() && Origin::is_segment(&path) {
+        tokio::time::sleep(origin.segment_delay).await;
     }
     match (req.head.method, path.as_str()) {
         (Method::Get | Method::Head, "/healthz") => {

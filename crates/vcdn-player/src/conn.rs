@@ -3,7 +3,7 @@
 //! MPD), every wait bounded.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,6 +33,9 @@ pub struct Fetched {
     pub status: u16,
     pub bytes: u64,
     pub body: Option<Bytes>,
+    /// When the response head was complete (the wait before it is latency,
+    /// the time after it transfer).
+    pub first_byte: Instant,
 }
 
 pub struct Conn {
@@ -125,6 +128,7 @@ impl Conn {
                 ));
             }
         };
+        let first_byte = Instant::now();
         let _ = self.buf.split_to(n);
         let framing = head
             .framing(false)
@@ -204,6 +208,7 @@ impl Conn {
             status: head.status,
             bytes: total,
             body: keep.then(|| body.freeze()),
+            first_byte,
         })
     }
 }

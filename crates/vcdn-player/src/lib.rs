@@ -16,21 +16,23 @@
 //! (`availabilityStartTime` + its end), not earlier.
 
 pub mod calibrate;
+mod closed;
 pub mod conn;
 pub mod load;
+mod open;
 pub mod playback;
 pub mod servers;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::Mutex;
 use vcdn_content::mpd::{self, Manifest, Representation};
-use vcdn_model::qoe::SessionMos;
+use vcdn_model::qoe::{window_score, SessionMos, WINDOW_S};
+use vcdn_policy::abr::AbrConfig;
 
 use crate::conn::{Conn, FetchError};
 use crate::playback::Playback;
@@ -48,8 +50,27 @@ pub enum Quality {
     Adaptive,
 }
 
+/// How sessions pace their requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// As a viewer's player: the next segment when the previous one has
+    /// arrived and the buffer has room (see [`closed`]).
+    #[default]
+    Closed,
+    /// As a load generator: segment `i` at `(i − ahead)·d` whatever
+    /// happened before (see [`open`]).
+    Open,
+}
+
 #[derive(Debug, Clone)]
 pub struct PlayerOptions {
+    pub mode: Mode,
+    /// Closed loop: the bitrate adaptation and buffer targets.
+    pub abr: AbrConfig,
+    /// Closed loop: media seconds buffered before playback starts (default:
+    /// one segment, as a media element starts on its first data).
+    pub start_buffer_s: Option<f64>,
     /// `http://host:port/path/manifest.mpd`
     pub url: String,
     /// More servers of the same content (`http://host:port`, same path):
@@ -65,9 +86,9 @@ pub struct PlayerOptions {
     /// Sessions start evenly over this time.
     pub ramp: Duration,
     pub quality: Quality,
-    /// Segments requested ahead of playback.
+    /// Open loop: segments requested ahead of playback.
     pub ahead: u64,
-    /// Requests of one session in flight at most.
+    /// Open loop: requests of one session in flight at most.
     pub max_connections: usize,
     pub request_timeout: Duration,
     /// Frame rate for the picture-quality model.
@@ -89,11 +110,14 @@ pub struct QoeReport {
 impl Default for PlayerOptions {
     fn default() -> Self {
         PlayerOptions {
+            mode: Mode::Closed,
+            abr: AbrConfig::default(),
+            start_buffer_s: None,
             url: String::new(),
             sessions: 1,
             duration: Duration::from_secs(30),
             ramp: Duration::from_secs(1),
-            quality: Quality::Highest,
+            quality: Quality::Adaptive,
             ahead: 3,
             max_connections: 4,
             request_timeout: Duration::from_secs(10),
@@ -114,6 +138,8 @@ pub struct SessionReport {
     pub startup_delay_s: Option<f64>,
     pub stalls: usize,
     pub stall_s: f64,
+    /// Quality switches in the media played.
+    pub switches: usize,
     pub failed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -125,8 +151,34 @@ pub struct SessionReport {
     pub bytes: u64,
 }
 
+impl SessionReport {
+    fn new(id: usize) -> SessionReport {
+        SessionReport {
+            id,
+            representations: Vec::new(),
+            startup_delay_s: None,
+            stalls: 0,
+            stall_s: 0.0,
+            switches: 0,
+            failed: false,
+            error: None,
+            windows: Vec::new(),
+            mos: 1.0,
+            requests: 0,
+            bytes: 0,
+        }
+    }
+
+    /// The session cannot go on; the first reason is kept.
+    fn fail(&mut self, e: String) {
+        self.failed = true;
+        self.error.get_or_insert(e);
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
+    pub mode: Mode,
     pub sessions: usize,
     pub started: usize,
     pub failed: usize,
@@ -135,6 +187,9 @@ pub struct Summary {
     pub p5_mos: f64,
     pub stalls: usize,
     pub stalls_per_minute: f64,
+    /// Stall time over playing time plus stall time.
+    pub stall_ratio: f64,
+    pub switches: usize,
     pub mean_startup_delay_s: f64,
     pub p95_startup_delay_s: f64,
     pub requests: u64,
@@ -357,7 +412,14 @@ pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
             opts.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            session(id, &opts, &t, servers, &m, &live, &lat, start, end).await
+            match opts.mode {
+                Mode::Closed => {
+                    closed::session(id, &opts, &t, servers, &m, &live, &lat, start, end).await
+                }
+                Mode::Open => {
+                    open::session(id, &opts, &t, servers, &m, &live, &lat, start, end).await
+                }
+            }
         }));
     }
     let mut per_session = Vec::with_capacity(tasks.len());
@@ -380,7 +442,7 @@ pub async fn run(opts: PlayerOptions) -> Result<Report, PlayerError> {
     Ok(Report {
         url: opts.url.clone(),
         duration_s: elapsed,
-        summary: summarize(&per_session, &mut lat, &live, elapsed),
+        summary: summarize(opts.mode, &per_session, &mut lat, &live, elapsed),
         per_session,
     })
 }
@@ -457,7 +519,13 @@ async fn fetch(
     Err(last.unwrap_or_else(|| FetchError::Invalid(path.to_string(), "no server to ask".into())))
 }
 
-fn summarize(s: &[SessionReport], lat: &mut [f64], live: &Live, elapsed: f64) -> Summary {
+fn summarize(
+    mode: Mode,
+    s: &[SessionReport],
+    lat: &mut [f64],
+    live: &Live,
+    elapsed: f64,
+) -> Summary {
     let pct = |v: &[f64], p: f64| -> f64 {
         if v.is_empty() {
             0.0
@@ -477,7 +545,9 @@ fn summarize(s: &[SessionReport], lat: &mut [f64], live: &Live, elapsed: f64) ->
         .sum();
     let requests = live.requests.load(Ordering::Relaxed);
     let bytes = live.bytes.load(Ordering::Relaxed);
+    let stall_s: f64 = s.iter().map(|r| r.stall_s).sum();
     Summary {
+        mode,
         sessions: s.len(),
         started: start.len(),
         failed: s.iter().filter(|r| r.failed).count(),
@@ -493,6 +563,12 @@ fn summarize(s: &[SessionReport], lat: &mut [f64], live: &Live, elapsed: f64) ->
         } else {
             0.0
         },
+        stall_ratio: if playing_min > 0.0 {
+            stall_s / (playing_min * 60.0).max(stall_s)
+        } else {
+            0.0
+        },
+        switches: s.iter().map(|r| r.switches).sum(),
         mean_startup_delay_s: if start.is_empty() {
             0.0
         } else {
@@ -511,231 +587,6 @@ fn summarize(s: &[SessionReport], lat: &mut [f64], live: &Live, elapsed: f64) ->
             max: lat.last().copied().unwrap_or(0.0),
         },
     }
-}
-
-/// What a request task reports back.
-struct Done {
-    index: u64,
-    at: Instant,
-    result: Result<u64, FetchError>,
-    /// Response time from the scheduled send, ms.
-    latency_ms: f64,
-    /// Throughput of the transfer, kb/s.
-    kbps: f64,
-    rep: usize,
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn session(
-    id: usize,
-    opts: &PlayerOptions,
-    t: &Target,
-    servers: Arc<Servers>,
-    m: &Manifest,
-    live: &Live,
-    latencies: &Mutex<Vec<f64>>,
-    start: Instant,
-    end: Instant,
-) -> SessionReport {
-    tokio::time::sleep_until(start.into()).await;
-    live.running.fetch_add(1, Ordering::Relaxed);
-    let t0 = Instant::now();
-    let rel = |i: Instant| i.saturating_duration_since(t0).as_secs_f64();
-    let mut report = SessionReport {
-        id,
-        representations: Vec::new(),
-        startup_delay_s: None,
-        stalls: 0,
-        stall_s: 0.0,
-        failed: false,
-        error: None,
-        windows: Vec::new(),
-        mos: 1.0,
-        requests: 0,
-        bytes: 0,
-    };
-    let pool: Arc<Mutex<Vec<Conn>>> = Arc::new(Mutex::new(Vec::new()));
-    let first = pick(m, opts.quality, None);
-    let seg_d = first.segment(0).map_or(2.0, |s| s.duration_s).max(0.1);
-    let mut playback = Playback::new((m.min_buffer_s).max(seg_d).min(3.0 * seg_d));
-    let best_kbps = m
-        .representations
-        .last()
-        .map_or(1.0, |r| r.bandwidth as f64 / 1000.0);
-    let avoided = Arc::new(Avoided::default());
-    // The session's own MPD and initialization fetch, as a player does.
-    let fail = |report: &mut SessionReport, e: String| {
-        report.failed = true;
-        report.error.get_or_insert(e);
-    };
-    let timeout = opts.request_timeout;
-    match fetch(&servers, id, &avoided, &pool, &t.path, false, timeout).await {
-        Ok(f) if f.status == 200 => report.requests += 1,
-        Ok(f) => fail(&mut report, format!("manifest: HTTP {}", f.status)),
-        Err(e) => fail(&mut report, e.to_string()),
-    }
-    if let (false, Some(init)) = (report.failed, &first.init) {
-        let path = path_of(t, init);
-        match fetch(&servers, id, &avoided, &pool, &path, false, timeout).await {
-            Ok(f) if f.status == 200 => report.requests += 1,
-            Ok(f) => fail(&mut report, format!("{init}: HTTP {}", f.status)),
-            Err(e) => fail(&mut report, e.to_string()),
-        }
-    }
-    let (tx, mut rx) = mpsc::channel::<Done>(64);
-    let count = first.count().unwrap_or(u64::MAX);
-    // When segment `i` may be requested, in seconds after t0: VOD keeps
-    // `ahead` segments ahead of playback at the video's pace; live waits
-    // for each segment to exist and joins two behind the live edge.
-    let live_at = m
-        .availability_start
-        .as_deref()
-        .and_then(mpd::parse_datetime)
-        .filter(|_| m.dynamic);
-    let unix_t0 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
-    let first_index = live_at.map_or(0, |ast| {
-        let edge = ((unix_t0 - ast) / seg_d).floor() as i64 - 1;
-        (edge - 1).max(0) as u64
-    });
-    let due_s = |i: u64| -> f64 {
-        match live_at {
-            Some(ast) => (ast + (i + 1) as f64 * seg_d + 0.05 - unix_t0).max(0.0),
-            None => i.saturating_sub(opts.ahead) as f64 * seg_d,
-        }
-    };
-    let mut next = first_index;
-    let mut in_flight = 0usize;
-    let mut arrived: BTreeMap<u64, (Instant, f64, f64)> = BTreeMap::new();
-    let mut next_to_buffer = first_index;
-    let mut throughput: Option<f64> = None;
-    let mut was = (false, false);
-    let mut windows_reported = 0usize;
-    if report.failed {
-        playback.fail(0.0);
-    }
-    while !report.failed
-        && Instant::now() < end
-        && !(next_to_buffer >= count && playback.complete())
-    {
-        let due = t0 + Duration::from_secs_f64(due_s(next));
-        let can_send = next < count && in_flight < opts.max_connections;
-        tokio::select! {
-            _ = tokio::time::sleep_until(due.into()), if can_send => {
-                let rep_i = {
-                    let r = pick(m, opts.quality, throughput);
-                    m.representations.iter().position(|x| std::ptr::eq(x, r)).unwrap_or(0)
-                };
-                let rep = &m.representations[rep_i];
-                if !report.representations.contains(&rep.id) {
-                    report.representations.push(rep.id.clone());
-                }
-                let Some(seg) = rep.segment(next) else { next = count; continue };
-                let path = path_of(t, &seg.url);
-                let (pool, tx, servers, avoided) = (pool.clone(), tx.clone(), servers.clone(), avoided.clone());
-                let index = next;
-                in_flight += 1;
-                tokio::spawn(async move {
-                    let sent = Instant::now();
-                    let result = fetch(&servers, id, &avoided, &pool, &path, false, timeout).await;
-                    let at = Instant::now();
-                    let result = match result {
-                        Ok(f) if (200..300).contains(&f.status) => Ok(f.bytes),
-                        Ok(f) => Err(FetchError::Status(path.clone(), f.status)),
-                        Err(e) => Err(e),
-                    };
-                    let secs = at.duration_since(sent).as_secs_f64().max(1e-6);
-                    let kbps = result.as_ref().map_or(0.0, |b| *b as f64 * 8.0 / 1000.0 / secs);
-                    let latency_ms = at.duration_since(due.min(sent)).as_secs_f64() * 1000.0;
-                    let _ = tx.send(Done { index, at, result, latency_ms, kbps, rep: rep_i }).await;
-                });
-                next += 1;
-            }
-            Some(d) = rx.recv() => {
-                in_flight -= 1;
-                report.requests += 1;
-                live.requests.fetch_add(1, Ordering::Relaxed);
-                match d.result {
-                    Ok(bytes) => {
-                        report.bytes += bytes;
-                        live.bytes.fetch_add(bytes, Ordering::Relaxed);
-                        latencies.lock().await.push(d.latency_ms);
-                        throughput = Some(throughput.map_or(d.kbps, |t| 0.7 * t + 0.3 * d.kbps));
-                        let r = &m.representations[d.rep];
-                        let dur = r.segment(d.index).map_or(seg_d, |s| s.duration_s);
-                        arrived.insert(d.index, (d.at, dur, r.bandwidth as f64 / 1000.0));
-                        while let Some((at, dur, kbps)) = arrived.remove(&next_to_buffer) {
-                            playback.arrive(rel(at), dur, kbps);
-                            next_to_buffer += 1;
-                        }
-                    }
-                    Err(e) => {
-                        live.errors.fetch_add(1, Ordering::Relaxed);
-                        playback.fail(rel(d.at));
-                        fail(&mut report, e.to_string());
-                    }
-                }
-            }
-            _ = tokio::time::sleep_until(end.into()) => {}
-            // A stall starts when the playhead runs out; look again soon.
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
-        playback.advance(rel(Instant::now()));
-        // Each completed 16 s window's score goes to the QoE reports.
-        if let Some(start) = playback.play_start {
-            let done = ((rel(Instant::now()) - start) / vcdn_model::qoe::WINDOW_S).floor() as usize;
-            if done > windows_reported {
-                let ws = playback
-                    .clone()
-                    .windows(start + done as f64 * vcdn_model::qoe::WINDOW_S);
-                if let Ok(mut r) = live.recent.lock() {
-                    for w in ws
-                        .iter()
-                        .skip(windows_reported)
-                        .take(done - windows_reported)
-                    {
-                        r.push(vcdn_model::qoe::window_score(w, best_kbps, opts.frame_rate));
-                    }
-                }
-                windows_reported = done;
-            }
-        }
-        let now = (playback.is_playing(), playback.is_stalled());
-        track(&live.playing, was.0, now.0);
-        track(&live.stalled, was.1, now.1);
-        was = now;
-    }
-    track(&live.playing, was.0, false);
-    track(&live.stalled, was.1, false);
-    // A finished title ends when its last segment has been played.
-    // A failed session counts to the end of the run: every window after
-    // the failure scores 1 (the paper's rule), not just the ones before.
-    let t_end = if report.failed {
-        rel(end)
-    } else {
-        rel(Instant::now().min(end))
-    };
-    let windows = playback.windows(t_end);
-    if let Ok(mut r) = live.recent.lock() {
-        for w in windows.iter().skip(windows_reported) {
-            r.push(vcdn_model::qoe::window_score(w, best_kbps, opts.frame_rate));
-        }
-    }
-    let mut q = SessionMos::default();
-    for w in &windows {
-        q.push(w, best_kbps, opts.frame_rate);
-    }
-    report.windows = q.scores.clone();
-    report.mos = q.mos().unwrap_or(1.0);
-    report.startup_delay_s = playback.play_start;
-    report.stalls = playback.stalls.len();
-    report.stall_s = playback.stalls.iter().fold(0.0, |a, s| a + s.duration);
-    if report.failed {
-        live.failed.fetch_add(1, Ordering::Relaxed);
-    }
-    live.running.fetch_sub(1, Ordering::Relaxed);
-    report
 }
 
 /// Where QoE reports go.
@@ -786,6 +637,64 @@ async fn flush_qoe(t: &QoeTarget, live: &Live) {
         Ok(r) => tracing::warn!(status = r.status(), body = %r.text().trim(), "QoE report refused"),
         Err(e) => tracing::warn!(error = %e, "QoE report failed"),
     }
+}
+
+/// Adds the scores of the 16 s windows completed by `now` (seconds since
+/// the session began) to the QoE reports.
+pub(crate) fn report_windows(
+    p: &Playback,
+    reported: &mut usize,
+    now: f64,
+    live: &Live,
+    best_kbps: f64,
+    frame_rate: f64,
+) {
+    let Some(start) = p.play_start else { return };
+    let done = ((now - start) / WINDOW_S).floor().max(0.0) as usize;
+    if done <= *reported {
+        return;
+    }
+    let ws = p.clone().windows(start + done as f64 * WINDOW_S);
+    if let Ok(mut r) = live.recent.lock() {
+        for w in ws.iter().skip(*reported).take(done - *reported) {
+            r.push(window_score(w, best_kbps, frame_rate));
+        }
+    }
+    *reported = done;
+}
+
+/// Ends a session at `t_end` (seconds since it began): its windows, the
+/// ones not yet reported to the QoE reports, its MOS and stalls.
+pub(crate) fn finish(
+    mut report: SessionReport,
+    mut playback: Playback,
+    live: &Live,
+    reported: usize,
+    t_end: f64,
+    best_kbps: f64,
+    frame_rate: f64,
+) -> SessionReport {
+    let windows = playback.windows(t_end);
+    if let Ok(mut r) = live.recent.lock() {
+        for w in windows.iter().skip(reported) {
+            r.push(window_score(w, best_kbps, frame_rate));
+        }
+    }
+    let mut q = SessionMos::default();
+    for w in &windows {
+        q.push(w, best_kbps, frame_rate);
+    }
+    report.windows = q.scores.clone();
+    report.mos = q.mos().unwrap_or(1.0);
+    report.startup_delay_s = playback.play_start;
+    report.stalls = playback.stalls.len();
+    report.stall_s = playback.stalls.iter().fold(0.0, |a, s| a + s.duration);
+    report.switches = playback.switches();
+    if report.failed {
+        live.failed.fetch_add(1, Ordering::Relaxed);
+    }
+    live.running.fetch_sub(1, Ordering::Relaxed);
+    report
 }
 
 fn track(c: &AtomicU64, was: bool, now: bool) {

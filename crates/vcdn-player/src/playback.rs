@@ -111,6 +111,28 @@ impl Playback {
         self.failed_at.get_or_insert(t);
     }
 
+    /// Media seconds buffered ahead of the playhead at `t`.
+    pub fn level(&mut self, t: f64) -> f64 {
+        self.advance(t);
+        (self.buffered_s - self.position_s).max(0.0)
+    }
+
+    /// Media seconds in the buffer (played or not), from the first segment.
+    pub fn buffered(&self) -> f64 {
+        self.buffered_s
+    }
+
+    /// Where the playhead is, in media seconds from the first segment.
+    pub fn position(&self) -> f64 {
+        self.position_s
+    }
+
+    /// Quality switches in the media buffered so far (a change of bitrate
+    /// from one segment to the next).
+    pub fn switches(&self) -> usize {
+        self.played.windows(2).filter(|p| p[0].2 != p[1].2).count()
+    }
+
     /// All media is buffered: no stall can follow.
     pub fn complete(&self) -> bool {
         self.state == State::Playing && self.position_s >= self.buffered_s
@@ -150,6 +172,7 @@ impl Playback {
             n += 1;
         }
         let mut out = vec![Window::default(); n];
+        out[0].startup_delay_s = start;
         for s in &self.stalls {
             let i = (((s.at - start) / WINDOW_S).floor().max(0.0) as usize).min(n - 1);
             out[i].stalls += 1;
@@ -179,6 +202,12 @@ impl Playback {
                 sum += overlap * kbps;
             }
             w.bitrate_kbps = if weight > 0.0 { sum / weight } else { 0.0 };
+            // A switch counts in the window where its media plays.
+            w.switches = self
+                .played
+                .windows(2)
+                .filter(|p| p[0].2 != p[1].2 && p[1].0 >= m0 && p[1].0 < m1)
+                .count() as u32;
             if let Some(f) = self.failed_at {
                 w.failed = f - start < to;
             }
@@ -221,6 +250,29 @@ mod tests {
         );
         let w = p.windows(7.5);
         assert_eq!((w[0].stalls, w[0].longest_stall_s), (1, 2.5));
+    }
+
+    #[test]
+    fn windows_carry_the_start_up_delay_and_the_switches_where_they_play() {
+        let mut p = Playback::new(2.0);
+        p.arrive(1.5, 2.0, 1000.0); // starts at 1.5
+        for (k, kbps) in [2500.0, 2500.0, 2500.0, 2500.0, 2500.0, 2500.0, 2500.0]
+            .into_iter()
+            .enumerate()
+        {
+            p.arrive(2.0 + k as f64, 2.0, kbps);
+        }
+        for k in 0..8 {
+            p.arrive(10.0 + k as f64, 2.0, if k < 4 { 2500.0 } else { 1000.0 });
+        }
+        // Media 0–2 at 1000, 2–24 at 2500 (a switch at 2 s), 24–32 at 1000
+        // (a switch at 24 s: the second window).
+        assert_eq!(p.switches(), 2);
+        let w = p.windows(1.5 + 30.0);
+        assert_eq!(w.len(), 2);
+        assert_eq!((w[0].startup_delay_s, w[1].startup_delay_s), (1.5, 0.0));
+        assert_eq!((w[0].switches, w[1].switches), (1, 1));
+        assert_eq!(p.level(1.5 + 30.0), 2.0);
     }
 
     #[test]

@@ -15,7 +15,10 @@
 //! - [`origin`]: which addresses a customer's origin may have (the
 //!   operator's policy against server-side request forgery).
 //! - [`net`]: IP networks.
+//! - [`abr`]: a DASH player's bitrate adaptation and buffer target, as
+//!   the reference player (dash.js) decides them.
 
+pub mod abr;
 pub mod admission;
 pub mod autoscale;
 pub mod dimensioning;

@@ -65,6 +65,10 @@ enum Cmd {
         /// NAME.segments.csv, e.g. shared/data/dash) at /dash/data/NAME.mpd.
         #[arg(long, env = "VCDN_ORIGIN_DASH_DATA")]
         dash_data: Option<std::path::PathBuf>,
+        /// Answer every DASH segment (not manifests) this many milliseconds
+        /// late: a slow origin, to see what viewers see (up to 60,000).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+        segment_delay_ms: u64,
     },
     /// Start a demo origin and a cache in front of it, and show how to try them.
     Demo {
@@ -244,7 +248,13 @@ fn main() -> ExitCode {
             listen,
             seed,
             dash_data,
-        } => run_origin(listen, seed, dash_data.as_deref()),
+            segment_delay_ms,
+        } => run_origin(
+            listen,
+            seed,
+            dash_data.as_deref(),
+            std::time::Duration::from_millis(segment_delay_ms),
+        ),
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
         Cmd::Player(a) => player_cmd::run(a),
@@ -352,8 +362,9 @@ fn run_origin(
     listen: SocketAddr,
     seed: u64,
     dash_data: Option<&std::path::Path>,
+    segment_delay: std::time::Duration,
 ) -> Result<(), String> {
-    let mut origin = vcdn_origin::Origin::new(seed);
+    let mut origin = vcdn_origin::Origin::new(seed).with_segment_delay(segment_delay);
     if let Some(dir) = dash_data {
         let t = vcdn_origin::titles::Titles::load(dir).map_err(|e| e.to_string())?;
         let names = t.names().join(", ");

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use vcdn_player::{PlayerOptions, Quality};
+use vcdn_player::{Mode, PlayerOptions, Quality};
 
 #[derive(Args)]
 pub struct PlayerArgs {
@@ -29,9 +29,17 @@ pub struct PlayerArgs {
     /// Seconds over which sessions start.
     #[arg(long, default_value_t = 1.0)]
     ramp: f64,
-    /// highest, lowest, adaptive, or a representation index (0 = lowest).
-    #[arg(long, default_value = "highest", value_parser = parse_quality)]
+    /// adaptive (dash.js's rule: throughput, then BOLA on a long buffer),
+    /// highest, lowest, or a representation index (0 = lowest).
+    #[arg(long, default_value = "adaptive", value_parser = parse_quality)]
     quality: Quality,
+    /// closed: as a viewer's player, the next segment when the previous one
+    /// has arrived and the buffer has room (a slow server makes stalls);
+    /// open: as a load generator, segment i at (i - 3) segment durations
+    /// whatever happened before (the offered load does not fall when the
+    /// server slows).
+    #[arg(long, default_value = "closed", value_parser = parse_mode)]
+    mode: Mode,
     /// Write the JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -59,6 +67,14 @@ pub struct PlayerArgs {
     /// connection sends back to back (closed loop).
     #[arg(long, requires = "http")]
     rate: Option<f64>,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s {
+        "closed" => Ok(Mode::Closed),
+        "open" => Ok(Mode::Open),
+        _ => Err(format!("{s}: give closed or open")),
+    }
 }
 
 fn parse_quality(s: &str) -> Result<Quality, String> {
@@ -120,6 +136,7 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
         duration: Duration::from_secs_f64(a.duration),
         ramp: Duration::from_secs_f64(a.ramp),
         quality: a.quality,
+        mode: a.mode,
         progress: !a.quiet,
         mirrors: a.mirrors.clone(),
         dns: a.dns,
