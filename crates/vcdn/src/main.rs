@@ -17,6 +17,7 @@ mod player_cmd;
 mod router_cmd;
 mod service_cmd;
 mod up_cmd;
+mod video_args;
 
 #[derive(Parser)]
 #[command(
@@ -65,6 +66,8 @@ enum Cmd {
         /// NAME.segments.csv, e.g. shared/data/dash) at /dash/data/NAME.mpd.
         #[arg(long, env = "VCDN_ORIGIN_DASH_DATA")]
         dash_data: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        video: video_args::VideoArgs,
     },
     /// Start a demo origin and a cache in front of it, and show how to try them.
     Demo {
@@ -244,7 +247,8 @@ fn main() -> ExitCode {
             listen,
             seed,
             dash_data,
-        } => run_origin(listen, seed, dash_data.as_deref()),
+            video,
+        } => run_origin(listen, seed, dash_data.as_deref(), &video),
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
         Cmd::Player(a) => player_cmd::run(a),
@@ -352,8 +356,12 @@ fn run_origin(
     listen: SocketAddr,
     seed: u64,
     dash_data: Option<&std::path::Path>,
+    video: &video_args::VideoArgs,
 ) -> Result<(), String> {
     let mut origin = vcdn_origin::Origin::new(seed);
+    if let Some(lib) = video.library(None)? {
+        origin = origin.with_video(lib);
+    }
     if let Some(dir) = dash_data {
         let t = vcdn_origin::titles::Titles::load(dir).map_err(|e| e.to_string())?;
         let names = t.names().join(", ");

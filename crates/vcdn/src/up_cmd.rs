@@ -54,6 +54,9 @@ pub struct UpArgs {
     /// Where the demo origin listens.
     #[arg(long, default_value = "127.0.0.1:9000")]
     demo_origin: SocketAddr,
+    /// The demo origin's decodable titles [default --video-dir: DATA_DIR/video].
+    #[command(flatten)]
+    video: crate::video_args::VideoArgs,
 }
 
 pub fn run(a: UpArgs) -> Result<(), String> {
@@ -72,7 +75,12 @@ pub fn run(a: UpArgs) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("cannot listen for the demo origin on {}: {e}", a.demo_origin))?;
             let addr = l.local_addr().map_err(|e| e.to_string())?;
-            tokio::spawn(vcdn_origin::run(l));
+            // The titles are made in the background: `vcdn up` does not wait.
+            let mut o = vcdn_origin::Origin::default();
+            if let Some(lib) = a.video.library(Some(&a.data_dir.join("video")))? {
+                o = o.with_video(lib);
+            }
+            tokio::spawn(vcdn_origin::run_with(l, o));
             Some(addr)
         } else {
             None
