@@ -73,6 +73,13 @@ async fn dash_js_plays_the_title_through_a_cache_without_stalls() {
         stats.position_s,
         wall.as_secs_f64()
     );
+    let ladder: Vec<f64> = stats
+        .segments
+        .iter()
+        .filter(|s| !s.init && s.media_type.as_deref() == Some("video"))
+        .filter_map(|s| s.quality_kbps)
+        .collect();
+    eprintln!("video segments' kbit/s in fetch order: {ladder:?}");
     assert!(stats.errors.is_empty(), "player errors: {:?}", stats.errors);
     let startup = stats.startup_ms.expect("playback started");
     assert!(startup < 3000.0, "start-up took {startup} ms");
