@@ -19,8 +19,9 @@
   const mpd = new URLSearchParams(location.search).get('mpd') || 'video/testsrc-2s/manifest.mpd';
   const url = new URL(mpd, location.href).href;
 
-  const t0 = performance.now();
-  const zeroEpoch = performance.timeOrigin + t0;
+  // Reset when the manifest is retried (see below).
+  let t0 = performance.now();
+  let zeroEpoch = performance.timeOrigin + t0;
   const now = () => performance.now() - t0;
   const ms = (d) => (d instanceof Date ? d.getTime() - zeroEpoch : null);
 
@@ -100,6 +101,7 @@
     status.textContent = 'dash.js did not load';
     return;
   }
+  let retrying = null;
   const player = dashjs.MediaPlayer().create();
   const E = dashjs.MediaPlayer.events;
   const videoKbps = () => {
@@ -133,8 +135,27 @@
     });
     if (s.segments.length > MAX_SEGMENTS) s.segments.shift();
   });
+  // A title the origin is still making (503) fails the manifest load:
+  // before anything played, try again every 5 s for up to 3 minutes, and
+  // count start-up from the attempt that works.
+  // dash.js error codes: the manifest's download failed (25), so its
+  // loading failed (11).
+  const MANIFEST_FAILED = [25, 11];
+  let manifestRetries = 0;
   player.on(E.ERROR, (e) => {
     const x = e.error || e;
+    if (MANIFEST_FAILED.includes(x.code) && s.startup_ms === null && s.segments.length === 0 && manifestRetries < 36) {
+      if (retrying !== null) return; // the same failure, already retried
+      manifestRetries += 1;
+      retrying = 'the title is not available yet (the origin may still be making it); retrying in 5 s';
+      setTimeout(() => {
+        retrying = null;
+        t0 = performance.now();
+        zeroEpoch = performance.timeOrigin + t0;
+        player.attachSource(url);
+      }, 5000);
+      return;
+    }
     error('dash.js: ' + (x.message || x.code || JSON.stringify(x)));
   });
   player.on(E.PLAYBACK_ERROR, (e) => error('playback: ' + ((e.error && e.error.message) || 'error')));
@@ -147,7 +168,7 @@
   setInterval(() => {
     if (!s.bitrate_kbps) s.bitrate_kbps = videoKbps();
     const st = window.vcdnStats;
-    const state = st.ended ? 'ended' : st.stalled ? 'stalled' : st.startup_ms === null ? 'starting' : 'playing';
+    const state = retrying ? retrying : st.ended ? 'ended' : st.stalled ? 'stalled' : st.startup_ms === null ? 'starting' : 'playing';
     status.textContent =
       state + ' · ' + st.bitrate_kbps + ' kbit/s · start-up ' +
       (st.startup_ms === null ? '–' : Math.round(st.startup_ms) + ' ms') +

@@ -348,12 +348,18 @@ enum Slot {
 }
 
 /// The titles an origin serves, by name; the missing ones are made on a
-/// background thread, so the origin answers at once (503 with Retry-After
-/// for a title still being made).
+/// background thread (at start, or on the first request for a title), so
+/// the origin answers at once (503 with Retry-After for a title still
+/// being made).
 #[derive(Debug, Clone, Default)]
 pub struct Library {
     slots: Arc<Mutex<Vec<(String, Slot)>>>,
+    /// Titles still to make, and where, until the maker thread starts.
+    to_make: Arc<Mutex<Option<ToMake>>>,
 }
+
+/// Where to make which titles.
+type ToMake = (PathBuf, Vec<TitleSpec>);
 
 /// What a request below [`PREFIX`] resolves to.
 #[derive(Debug)]
@@ -377,13 +383,21 @@ impl Library {
     /// Serves `specs` from `cache_dir`: the titles already made at once,
     /// the others once a background thread has made them (in order).
     pub fn start(cache_dir: &Path, specs: &[TitleSpec]) -> Library {
+        let lib = Library::on_demand(cache_dir, specs);
+        lib.make_missing();
+        lib
+    }
+
+    /// Like [`Library::start`], but the missing titles are only made when
+    /// one of them is first requested (so an origin that nobody watches
+    /// never spends CPU on ffmpeg).
+    pub fn on_demand(cache_dir: &Path, specs: &[TitleSpec]) -> Library {
         let lib = Library::default();
         let mut missing = Vec::new();
         for s in specs {
-            let dir = cache_dir.join(s.key());
-            let slot = match Title::open(&dir) {
+            let slot = match Title::open(&cache_dir.join(s.key())) {
                 Ok(t) => Slot::Ready(Arc::new(t)),
-                _ => {
+                Err(_) => {
                     missing.push(*s);
                     Slot::Making
                 }
@@ -391,31 +405,37 @@ impl Library {
             lib.slots.lock().push((s.name(), slot));
         }
         if !missing.is_empty() {
-            let (lib2, dir) = (lib.clone(), cache_dir.to_path_buf());
-            let spawned = std::thread::Builder::new()
-                .name("vcdn-video".into())
-                .spawn(move || {
-                    for s in missing {
-                        let slot = match ensure_title(&dir, s).and_then(|d| Title::open(&d)) {
-                            Ok(t) => Slot::Ready(Arc::new(t)),
-                            Err(e) => {
-                                tracing::error!(title = %s.key(), "{e}");
-                                Slot::Failed(e.to_string())
-                            }
-                        };
-                        lib2.set(&s.name(), slot);
-                    }
-                });
-            if let Err(e) = spawned {
-                for s in specs {
-                    lib.set(
-                        &s.name(),
-                        Slot::Failed(format!("cannot start a thread: {e}")),
-                    );
-                }
-            }
+            *lib.to_make.lock() = Some((cache_dir.to_path_buf(), missing));
         }
         lib
+    }
+
+    /// Starts making the missing titles (once).
+    fn make_missing(&self) {
+        let Some((dir, missing)) = self.to_make.lock().take() else {
+            return;
+        };
+        let lib = self.clone();
+        let names: Vec<String> = missing.iter().map(|s| s.name()).collect();
+        let spawned = std::thread::Builder::new()
+            .name("vcdn-video".into())
+            .spawn(move || {
+                for s in missing {
+                    let slot = match ensure_title(&dir, s).and_then(|d| Title::open(&d)) {
+                        Ok(t) => Slot::Ready(Arc::new(t)),
+                        Err(e) => {
+                            tracing::error!(title = %s.key(), "{e}");
+                            Slot::Failed(e.to_string())
+                        }
+                    };
+                    lib.set(&s.name(), slot);
+                }
+            });
+        if let Err(e) = spawned {
+            for n in names {
+                self.set(&n, Slot::Failed(format!("cannot start a thread: {e}")));
+            }
+        }
     }
 
     fn set(&self, name: &str, slot: Slot) {
@@ -452,7 +472,10 @@ impl Library {
             .map(|(_, s)| s.clone());
         match slot {
             None => Lookup::NotFound,
-            Some(Slot::Making) => Lookup::Making(name.to_string()),
+            Some(Slot::Making) => {
+                self.make_missing();
+                Lookup::Making(name.to_string())
+            }
             Some(Slot::Failed(e)) => Lookup::Failed(name.to_string(), e),
             Some(Slot::Ready(t)) => match (t.files.get(file), content_type(file)) {
                 (Some(&size), Some(ct)) => Lookup::File {
@@ -542,6 +565,23 @@ mod tests {
             assert!(matches!(lib.lookup(bad), Lookup::NotFound), "{bad}");
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn on_demand_makes_nothing_until_asked() {
+        let dir = std::env::temp_dir().join(format!("vcdn-video-lazy-{}", std::process::id()));
+        let lib = Library::on_demand(&dir, &[TitleSpec::new(4, 8).unwrap()]);
+        assert!(!lib.ready());
+        assert!(lib.to_make.lock().is_some());
+        assert!(!dir.exists(), "nothing was made");
+        assert!(matches!(
+            lib.lookup("testsrc-6s/manifest.mpd"),
+            Lookup::NotFound
+        ));
+        assert!(
+            lib.to_make.lock().is_some(),
+            "an unknown name starts nothing"
+        );
     }
 
     #[test]

@@ -359,7 +359,7 @@ fn run_origin(
     video: &video_args::VideoArgs,
 ) -> Result<(), String> {
     let mut origin = vcdn_origin::Origin::new(seed);
-    if let Some(lib) = video.library(None)? {
+    if let Some(lib) = video.library(None, false)? {
         origin = origin.with_video(lib);
     }
     if let Some(dir) = dash_data {

@@ -75,9 +75,11 @@ pub fn run(a: UpArgs) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("cannot listen for the demo origin on {}: {e}", a.demo_origin))?;
             let addr = l.local_addr().map_err(|e| e.to_string())?;
-            // The titles are made in the background: `vcdn up` does not wait.
+            // The titles are made on the first request for one, in the
+            // background: `vcdn up` does not wait, and a demo nobody
+            // watches (tests, experiments) never runs ffmpeg.
             let mut o = vcdn_origin::Origin::default();
-            if let Some(lib) = a.video.library(Some(&a.data_dir.join("video")))? {
+            if let Some(lib) = a.video.library(Some(&a.data_dir.join("video")), true)? {
                 o = o.with_video(lib);
             }
             tokio::spawn(vcdn_origin::run_with(l, o));
@@ -145,7 +147,7 @@ Stop with Ctrl-C (caches keep serving; the next `vcdn up` adopts them).",
             // filter has seen it.
             watch = if origin.is_some() {
                 format!("
-Watch the demo's video (a test pattern made with ffmpeg in the background on first start) through the vCDN in a browser on this machine:
+Watch the demo's video (a test pattern, made with ffmpeg in about a minute when first asked for) through the vCDN in a browser on this machine:
   http://<address from dig>:{port}/watch
   or through the router, with the hostname resolving to it (it redirects to a cache; the first
   request of a page goes to the origin until the admission filter has seen it: reload):

@@ -10,7 +10,8 @@ use vcdn_origin::video::{Library, TitleSpec};
 pub struct VideoArgs {
     /// Serve decodable DASH titles (a test pattern made once with Debian's
     /// ffmpeg, kept in DIR) at /video/testsrc-{S}s/manifest.mpd; missing
-    /// ones are made in the background at start (~0.5 s per second of title).
+    /// ones are made in the background at start (~0.5 s per second of title;
+    /// with `vcdn up --demo`, on the first request, in DATA_DIR/video).
     #[arg(long, value_name = "DIR", env = "VCDN_ORIGIN_VIDEO_DIR")]
     pub video_dir: Option<PathBuf>,
     /// Length of each title, seconds.
@@ -23,8 +24,13 @@ pub struct VideoArgs {
 
 impl VideoArgs {
     /// The titles to serve, from `--video-dir` or else `default_dir`
-    /// (none when neither is given).
-    pub fn library(&self, default_dir: Option<&Path>) -> Result<Option<Library>, String> {
+    /// (none when neither is given); the missing ones are made at once, or
+    /// with `on_demand` when one is first requested.
+    pub fn library(
+        &self,
+        default_dir: Option<&Path>,
+        on_demand: bool,
+    ) -> Result<Option<Library>, String> {
         let Some(dir) = self.video_dir.as_deref().or(default_dir) else {
             return Ok(None);
         };
@@ -34,9 +40,15 @@ impl VideoArgs {
             .map(|&s| TitleSpec::new(s, self.video_seconds))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
-        let lib = Library::start(dir, &specs);
+        let lib = if on_demand {
+            Library::on_demand(dir, &specs)
+        } else {
+            Library::start(dir, &specs)
+        };
         let state = if lib.ready() {
             "ready"
+        } else if on_demand {
+            "missing ones are made with ffmpeg on the first request, in about a minute"
         } else {
             "missing ones are being made with ffmpeg in the background"
         };
