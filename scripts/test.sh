@@ -29,6 +29,15 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
 fi
 
+# The real-player test makes a decodable DASH title with ffmpeg and plays it
+# with dash.js in headless Chromium (Debian's packages).
+if ! command -v ffmpeg >/dev/null 2>&1 || [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
+  echo "== installing ffmpeg, chromium and chromium-driver"
+  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ffmpeg chromium chromium-driver \
+    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ffmpeg chromium chromium-driver; }
+fi
+
 # The idle-connection test opens 10,000 sockets.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 

@@ -17,6 +17,10 @@
 //!   sizes (see [`dash`]).
 //! - `GET /dash/data/NAME.mpd` and its segments: real titles of a DASH
 //!   data set, when the origin was given one (see [`titles`]).
+//! - `GET /video/testsrc-{S}s/manifest.mpd` and its segments: a real,
+//!   decodable title made with ffmpeg, when the origin was given a video
+//!   directory (see [`video`]); `GET /watch?mpd=URL` plays one with dash.js
+//!   in a browser (see [`watch`]).
 //! - `GET /dynamic?size=N`: N bytes generated per request, `no-store` (the
 //!   dynamic, non-cacheable content of a site).
 //! - `GET /_origin/requests`: requests served per path, as JSON.
@@ -43,6 +47,8 @@ const MAX_PATHS: usize = 10_000;
 
 pub mod dash;
 pub mod titles;
+pub mod video;
+pub mod watch;
 
 pub struct Origin {
     requests: AtomicU64,
@@ -59,6 +65,8 @@ pub struct Origin {
     /// Added before every media segment's answer (a slow origin, for
     /// testing what viewers see).
     segment_delay: Duration,
+    /// Real, decodable titles served under `/video/`.
+    video: video::Library,
 }
 
 impl Default for Origin {
@@ -80,6 +88,7 @@ impl Origin {
             generated: AtomicU64::new(0),
             titles: titles::Titles::default(),
             segment_delay: Duration::ZERO,
+            video: video::Library::default(),
         }
     }
 
@@ -98,6 +107,12 @@ impl Origin {
     /// Also serve the real titles of a data set (see [`titles`]).
     pub fn with_titles(mut self, t: titles::Titles) -> Origin {
         self.titles = t;
+        self
+    }
+
+    /// Also serve the decodable titles of a library (see [`video`]).
+    pub fn with_video(mut self, v: video::Library) -> Origin {
+        self.video = v;
         self
     }
 
@@ -190,6 +205,11 @@ async fn route(origin: &Origin, req: Request) -> Response {
     if !origin.segment_delay.is_zero() && Origin::is_segment(&path) {
         tokio::time::sleep(origin.segment_delay).await;
     }
+    if matches!(req.head.method, Method::Get | Method::Head) {
+        if let Some(page) = watch::route(&path) {
+            return page;
+        }
+    }
     match (req.head.method, path.as_str()) {
         (Method::Get | Method::Head, "/healthz") => {
             Response::new(200, "application/json", "{\"status\":\"ok\"}\n")
@@ -219,6 +239,9 @@ async fn route(origin: &Origin, req: Request) -> Response {
             data_route(origin, &p[titles::PREFIX.len()..])
         }
         (Method::Get | Method::Head, p) if p.starts_with("/dash/") => dash_route(origin, p, &q),
+        (Method::Get | Method::Head, p) if p.starts_with(video::PREFIX) => {
+            video_route(origin, &p[video::PREFIX.len()..]).await
+        }
         (Method::Get | Method::Head, "/dynamic") => {
             let n = num("size").unwrap_or(1024);
             if n > 16 << 20 {
@@ -245,7 +268,7 @@ async fn route(origin: &Origin, req: Request) -> Response {
         (Method::Get | Method::Head, "/") => Response::new(
             200,
             "text/plain; charset=utf-8",
-            "vcdn demo origin\n  /size/N            N cacheable bytes\n  /dash/vod/TITLE/manifest.mpd   a DASH title (segment sizes of the CDNaaS paper's Table II)\n  /dash/live/CHANNEL/manifest.mpd   a live DASH channel\n  /dash/data/NAME.mpd  a real title of a DASH data set (with --dash-data DIR)\n  /dynamic?size=N     N bytes made per request, not cacheable\n  /stream?chunks=K&interval_ms=M&size=B   a chunked stream (K=0: endless)\n  /echo               echoes a POST body\n  /_origin/requests   requests per path\n",
+            "vcdn demo origin\n  /size/N            N cacheable bytes\n  /dash/vod/TITLE/manifest.mpd   a DASH title (segment sizes of the CDNaaS paper's Table II)\n  /dash/live/CHANNEL/manifest.mpd   a live DASH channel\n  /dash/data/NAME.mpd  a real title of a DASH data set (with --dash-data DIR)\n  /video/testsrc-2s/manifest.mpd  a decodable title (with --video-dir DIR)\n  /watch?mpd=URL      play a DASH title in this browser with dash.js\n  /dynamic?size=N     N bytes made per request, not cacheable\n  /stream?chunks=K&interval_ms=M&size=B   a chunked stream (K=0: endless)\n  /echo               echoes a POST body\n  /_origin/requests   requests per path\n",
         )
         .header("Cache-Control", "public, max-age=60"),
         _ => Response::problem(404, "no such object on the demo origin; see /"),
@@ -464,6 +487,66 @@ fn data_route(origin: &Origin, path: &str) -> Response {
         .header("Cache-Control", "public, max-age=86400")
         .header("ETag", format!("\"data-{size}\""))
         .header("Last-Modified", LAST_MODIFIED)
+}
+
+/// A decodable title's manifest or segment (`path` below `/video/`).
+async fn video_route(origin: &Origin, path: &str) -> Response {
+    match origin.video.lookup(path) {
+        video::Lookup::File {
+            path: file,
+            size,
+            content_type,
+            manifest,
+        } => match tokio::fs::read(&file).await {
+            Ok(body) => {
+                origin.bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
+                Response::new(200, content_type, body)
+                    .header(
+                        "Cache-Control",
+                        if manifest {
+                            "public, max-age=3600"
+                        } else {
+                            "public, max-age=86400"
+                        },
+                    )
+                    .header("ETag", format!("\"video-{size}\""))
+                    .header("Last-Modified", LAST_MODIFIED)
+                    // A watch page on another host may fetch it.
+                    .header("Access-Control-Allow-Origin", "*")
+            }
+            Err(e) => {
+                tracing::warn!(file = %file.display(), "cannot read a video file: {e}");
+                Response::problem(500, "the title's file cannot be read; see the origin's log")
+                    .header("Cache-Control", "no-store")
+            }
+        },
+        video::Lookup::Making(name) => Response::problem(
+            503,
+            &format!("{name} is being made with ffmpeg (about 30 s after the origin starts); retry shortly"),
+        )
+        .header("Retry-After", "5")
+        .header("Cache-Control", "no-store"),
+        video::Lookup::Failed(name, e) => {
+            Response::problem(503, &format!("{name} could not be made: {e}"))
+                .header("Cache-Control", "no-store")
+        }
+        video::Lookup::NotFound => {
+            let names = origin.video.names();
+            let hint = if names.is_empty() {
+                "this origin serves no decodable title (start it with --video-dir DIR)".to_string()
+            } else {
+                format!(
+                    "no such object; the titles are {}",
+                    names
+                        .iter()
+                        .map(|n| format!("{}{n}/manifest.mpd", video::PREFIX))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            Response::problem(404, &hint)
+        }
+    }
 }
 
 fn stream(q: &HashMap<String, String>) -> Response {

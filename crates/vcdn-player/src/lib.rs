@@ -15,6 +15,7 @@
 //! each segment is requested when it becomes available
 //! (`availabilityStartTime` + its end), not earlier.
 
+pub mod browser;
 pub mod calibrate;
 mod closed;
 pub mod conn;

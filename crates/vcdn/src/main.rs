@@ -17,6 +17,7 @@ mod player_cmd;
 mod router_cmd;
 mod service_cmd;
 mod up_cmd;
+mod video_args;
 
 #[derive(Parser)]
 #[command(
@@ -69,6 +70,8 @@ enum Cmd {
         /// late: a slow origin, to see what viewers see (up to 60,000).
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
         segment_delay_ms: u64,
+        #[command(flatten)]
+        video: video_args::VideoArgs,
     },
     /// Start a demo origin and a cache in front of it, and show how to try them.
     Demo {
@@ -249,11 +252,13 @@ fn main() -> ExitCode {
             seed,
             dash_data,
             segment_delay_ms,
+            video,
         } => run_origin(
             listen,
             seed,
             dash_data.as_deref(),
             std::time::Duration::from_millis(segment_delay_ms),
+            &video,
         ),
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
@@ -363,8 +368,12 @@ fn run_origin(
     seed: u64,
     dash_data: Option<&std::path::Path>,
     segment_delay: std::time::Duration,
+    video: &video_args::VideoArgs,
 ) -> Result<(), String> {
     let mut origin = vcdn_origin::Origin::new(seed).with_segment_delay(segment_delay);
+    if let Some(lib) = video.library(None, false)? {
+        origin = origin.with_video(lib);
+    }
     if let Some(dir) = dash_data {
         let t = vcdn_origin::titles::Titles::load(dir).map_err(|e| e.to_string())?;
         let names = t.names().join(", ");

@@ -54,6 +54,9 @@ pub struct UpArgs {
     /// Where the demo origin listens.
     #[arg(long, default_value = "127.0.0.1:9000")]
     demo_origin: SocketAddr,
+    /// The demo origin's decodable titles [default --video-dir: DATA_DIR/video].
+    #[command(flatten)]
+    video: crate::video_args::VideoArgs,
 }
 
 pub fn run(a: UpArgs) -> Result<(), String> {
@@ -72,7 +75,14 @@ pub fn run(a: UpArgs) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("cannot listen for the demo origin on {}: {e}", a.demo_origin))?;
             let addr = l.local_addr().map_err(|e| e.to_string())?;
-            tokio::spawn(vcdn_origin::run(l));
+            // The titles are made on the first request for one, in the
+            // background: `vcdn up` does not wait, and a demo nobody
+            // watches (tests, experiments) never runs ffmpeg.
+            let mut o = vcdn_origin::Origin::default();
+            if let Some(lib) = a.video.library(Some(&a.data_dir.join("video")), true)? {
+                o = o.with_video(lib);
+            }
+            tokio::spawn(vcdn_origin::run_with(l, o));
             Some(addr)
         } else {
             None
@@ -124,11 +134,32 @@ Be a user in Paris (127.1.0.0/16) and in Lyon (127.2.0.0/16):
   dig @{ip} -p {port} -b 127.1.0.1 video.demo.example +short
   dig @{ip} -p {port} -b 127.2.0.1 video.demo.example +short
   curl -si --resolve video.demo.example:{ip_port}:<address from dig> http://video.demo.example:{ip_port}/size/1000 | grep -i x-cache
-{cust}
+{watch}{cust}
 Stop with Ctrl-C (caches keep serving; the next `vcdn up` adopts them).",
             ip = up.dns.map_or("127.0.0.1".into(), |d| d.ip().to_string()),
             port = up.dns.map_or(53, |d| d.port()),
             ip_port = a.instance_port,
+            // A cache serves its one service whatever the Host, so a
+            // browser opens it by address: page, dash.js and segments then
+            // all come through that cache. Through the router instead, the
+            // browser must resolve the service's hostname, and the first
+            // request of a path is sent to the origin until the admission
+            // filter has seen it.
+            watch = if origin.is_some() {
+                format!("
+Watch the demo's video (a test pattern, made with ffmpeg in about a minute when first asked for) through the vCDN in a browser on this machine:
+  http://<address from dig>:{port}/watch
+  or through the router, with the hostname resolving to it (it redirects to a cache; the first
+  request of a page goes to the origin until the admission filter has seen it: reload):
+  chromium --host-resolver-rules='MAP video.demo.example {router_ip}' http://video.demo.example:{router_port}/watch
+",
+                    port = a.instance_port,
+                    router_ip = up.http.map_or("127.0.0.1".into(), |h| h.ip().to_string()),
+                    router_port = up.http.map_or(80, |h| h.port()),
+                )
+            } else {
+                String::new()
+            },
             cust = if origin.is_none() {
                 format!("\nMake a customer first (operator token):\n  curl -s -H 'Authorization: Bearer {}' -d '{{\"name\": \"acme\"}}' {api}/v1/customers\n", up.operator_token)
             } else {
