@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use vcdn_http::client::{self, ClientResponse};
 
+pub mod up;
+
 pub const TOKEN: &str = "test-token-0123456789abcdef01234567";
 
 /// A running `vcdn` process, killed when dropped.
