@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::ReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
@@ -181,17 +182,13 @@ impl Conn<'_> {
 
     /// Relay `src` → `dst` in direction `d` until a FIN has been passed on.
     /// `not_before` holds the first bytes until the emulated handshake.
-    async fn direction<R, W>(
+    async fn direction<W: AsyncWrite + Unpin>(
         &self,
-        src: R,
+        src: ReadHalf<'_>,
         dst: W,
         d: Dir,
         not_before: Option<Instant>,
-    ) -> Result<(), Closed>
-    where
-        R: AsyncRead + Unpin,
-        W: AsyncWrite + Unpin,
-    {
+    ) -> Result<(), Closed> {
         let budget = Budget::new(self.sh, self.sh.spec_now().queue_limit(d));
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::try_join!(
@@ -201,9 +198,9 @@ impl Conn<'_> {
         .map(|_| ())
     }
 
-    async fn read_side<R: AsyncRead + Unpin>(
+    async fn read_side(
         &self,
-        mut src: R,
+        src: ReadHalf<'_>,
         tx: mpsc::UnboundedSender<Item>,
         d: Dir,
         budget: &Budget<'_>,
@@ -213,9 +210,8 @@ impl Conn<'_> {
             if !budget.take(chunk).await {
                 return Err(Closed::Shutdown);
             }
-            let mut buf = BytesMut::with_capacity(chunk);
-            let read = src.read_buf(&mut (&mut buf).limit(chunk)).await;
-            let n = *read.as_ref().unwrap_or(&0);
+            let (read, piece) = read_piece(&src, chunk).await;
+            let n = piece.len();
             budget.give(chunk - n);
             if n == 0 {
                 let end = match read {
@@ -230,7 +226,7 @@ impl Conn<'_> {
             if self.sh.spec_now().rate_of(d).is_some() && !self.sh.link(d).pass(n).await {
                 return Err(Closed::Shutdown);
             }
-            if tx.send(Item::Data(Instant::now(), buf.freeze())).is_err() {
+            if tx.send(Item::Data(Instant::now(), piece)).is_err() {
                 // The writer ended with an error, which ends the connection.
                 return Ok(());
             }
@@ -274,6 +270,25 @@ impl Conn<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Read at most `chunk` bytes from `src` once it is readable (so an idle
+/// connection holds no buffer). A short read is copied out of the chunk's
+/// buffer, so what the delay line holds is at most twice what it counts.
+/// Empty at end of input or on an error (returned).
+async fn read_piece(src: &ReadHalf<'_>, chunk: usize) -> (std::io::Result<()>, Bytes) {
+    loop {
+        if let Err(e) = src.readable().await {
+            return (Err(e), Bytes::new());
+        }
+        let mut buf = BytesMut::with_capacity(chunk);
+        match src.try_read_buf(&mut (&mut buf).limit(chunk)) {
+            Ok(n) if n < chunk / 2 => return (Ok(()), Bytes::copy_from_slice(&buf[..n])),
+            Ok(_) => return (Ok(()), buf.freeze()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return (Err(e), Bytes::new()),
+        }
     }
 }
 
