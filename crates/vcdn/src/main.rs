@@ -13,6 +13,7 @@ use vcdn_cache::CacheConfig;
 mod calibrate_cmd;
 mod model_cmd;
 mod name_cmd;
+mod netem_cmd;
 mod player_cmd;
 mod router_cmd;
 mod service_cmd;
@@ -73,6 +74,8 @@ enum Cmd {
         #[command(flatten)]
         video: video_args::VideoArgs,
     },
+    /// Relay TCP to a target through an emulated path: delay, shared bandwidth cap.
+    Netem(netem_cmd::NetemArgs),
     /// Start a demo origin and a cache in front of it, and show how to try them.
     Demo {
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -261,6 +264,7 @@ fn main() -> ExitCode {
             &video,
         ),
         Cmd::Router(a) => router_cmd::run(a),
+        Cmd::Netem(a) => netem_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
         Cmd::Player(a) => player_cmd::run(a),
         Cmd::Calibrate(a) => calibrate_cmd::run(a),
