@@ -31,7 +31,7 @@ use tokio::sync::Mutex;
 use vcdn_content::mpd::{self, Manifest, Representation};
 use vcdn_policy::abr::Abr;
 
-use crate::conn::{Conn, FetchError, Fetched};
+use crate::conn::{Conn, FetchError, Fetched, Progress};
 use crate::playback::Playback;
 use crate::servers::{Avoided, Servers};
 use crate::{
@@ -71,6 +71,14 @@ struct Track {
     failures: u32,
     not_before: Option<Instant>,
     in_flight: Option<InFlight>,
+    /// The request in flight: when it was sent, its representation and
+    /// how far its body has come.
+    sent: Instant,
+    rep_in_flight: usize,
+    progress: Arc<Progress>,
+    /// The representation to ask the next segment at after an abandoned
+    /// download.
+    retry_at_rep: Option<usize>,
 }
 
 impl Track {
@@ -90,6 +98,10 @@ impl Track {
             failures: 0,
             not_before: None,
             in_flight: None,
+            sent: Instant::now(),
+            rep_in_flight: 0,
+            progress: Arc::new(Progress::default()),
+            retry_at_rep: None,
         }
     }
 
@@ -168,6 +180,7 @@ pub(crate) async fn session(
         &t.path,
         false,
         timeout,
+        None,
     )
     .await
     {
@@ -193,6 +206,38 @@ pub(crate) async fn session(
         let level = playback.level(rel(now));
         let position = playback.position();
         let mut wake = end;
+        // A video download too slow for its segment is given up and asked
+        // again lower (adaptive only); looked at every 200 ms while one
+        // lasts beyond half a second.
+        let v = &mut tracks[0];
+        if v.in_flight.is_some() && opts.quality == Quality::Adaptive && v.rep_in_flight > 0 {
+            let p = &v.progress;
+            match p.first_byte() {
+                Some(fb)
+                    if now.duration_since(fb).as_secs_f64() >= opts.abr.abandon_min_elapsed_s =>
+                {
+                    let lower = abr.abandon(
+                        v.rep_in_flight,
+                        p.got(),
+                        p.total(),
+                        now.duration_since(fb).as_secs_f64(),
+                        seg_d,
+                    );
+                    if let Some(lower) = lower {
+                        v.in_flight = None;
+                        v.retry_at_rep = Some(lower);
+                        report.requests += 1;
+                        live.requests.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        wake = wake.min(now + Duration::from_millis(200));
+                    }
+                }
+                Some(fb) => {
+                    wake = wake.min(fb + Duration::from_secs_f64(opts.abr.abandon_min_elapsed_s));
+                }
+                None => wake = wake.min(now.max(v.sent + Duration::from_millis(500))),
+            }
+        }
         for (k, tr) in tracks.iter_mut().enumerate() {
             if tr.in_flight.is_some() || tr.next >= tr.count {
                 continue;
@@ -220,7 +265,10 @@ pub(crate) async fn session(
                     abr.stalled();
                 }
                 current_rep = match opts.quality {
-                    Quality::Adaptive => abr.choose((tr.end_s - position).max(0.0), seg_d),
+                    Quality::Adaptive => match tr.retry_at_rep.take() {
+                        Some(r) => r,
+                        None => abr.choose((tr.end_s - position).max(0.0), seg_d),
+                    },
                     q => {
                         let r = pick(m, q, None);
                         m.representations
@@ -246,13 +294,18 @@ pub(crate) async fn session(
                 .flatten();
             let path = path_of(t, &seg.url);
             let (servers, avoided, pool) = (servers.clone(), avoided.clone(), tr.pool.clone());
+            tr.progress = Arc::new(Progress::default());
+            tr.sent = now;
+            tr.rep_in_flight = rep;
+            let progress = tr.progress.clone();
             tr.in_flight = Some(Box::pin(async move {
                 let sent = Instant::now();
                 let mut requests = 0;
                 let mut result = Ok(None);
                 if let Some(init) = init {
                     requests += 1;
-                    result = match fetch(&servers, id, &avoided, &pool, &init, false, timeout).await
+                    result = match fetch(&servers, id, &avoided, &pool, &init, false, timeout, None)
+                        .await
                     {
                         Ok(f) if (200..300).contains(&f.status) => Ok(None),
                         Ok(f) => Err(FetchError::Status(init.clone(), f.status)),
@@ -261,7 +314,17 @@ pub(crate) async fn session(
                 }
                 if result.is_ok() {
                     requests += 1;
-                    result = match fetch(&servers, id, &avoided, &pool, &path, false, timeout).await
+                    result = match fetch(
+                        &servers,
+                        id,
+                        &avoided,
+                        &pool,
+                        &path,
+                        false,
+                        timeout,
+                        Some(&progress),
+                    )
+                    .await
                     {
                         Ok(f) if (200..300).contains(&f.status) => Ok(Some(f)),
                         Ok(f) => Err(FetchError::Status(path.clone(), f.status)),

@@ -3,6 +3,8 @@
 //! MPD), every wait bounded.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -38,6 +40,32 @@ pub struct Fetched {
     pub first_byte: Instant,
 }
 
+/// How far a response has come, for a player that may give up on a
+/// download that is too slow (dash.js's abandonment rule).
+#[derive(Debug, Default)]
+pub struct Progress {
+    total: AtomicU64,
+    got: AtomicU64,
+    first_byte: OnceLock<Instant>,
+}
+
+impl Progress {
+    /// The body's length (0 while unknown).
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Body bytes received so far.
+    pub fn got(&self) -> u64 {
+        self.got.load(Ordering::Relaxed)
+    }
+
+    /// When the response head arrived.
+    pub fn first_byte(&self) -> Option<Instant> {
+        self.first_byte.get().copied()
+    }
+}
+
 pub struct Conn {
     addr: SocketAddr,
     stream: Option<TcpStream>,
@@ -65,7 +93,21 @@ impl Conn {
         keep_body: bool,
         timeout: Duration,
     ) -> Result<Fetched, FetchError> {
-        match tokio::time::timeout(timeout, self.get_inner(path, keep_body, true)).await {
+        self.get_tracked(path, keep_body, timeout, None).await
+    }
+
+    /// [`Conn::get`], recording the body's progress in `progress`.
+    pub async fn get_tracked(
+        &mut self,
+        path: &str,
+        keep_body: bool,
+        timeout: Duration,
+        progress: Option<&Progress>,
+    ) -> Result<Fetched, FetchError> {
+        if let Some(p) = progress {
+            p.got.store(0, Ordering::Relaxed);
+        }
+        match tokio::time::timeout(timeout, self.get_inner(path, keep_body, true, progress)).await {
             Ok(r) => {
                 if r.is_err() {
                     self.stream = None;
@@ -84,6 +126,7 @@ impl Conn {
         path: &str,
         keep_body: bool,
         may_retry: bool,
+        progress: Option<&Progress>,
     ) -> Result<Fetched, FetchError> {
         let io = |e| FetchError::Io(path.to_string(), e);
         let reused = self.stream.is_some();
@@ -103,7 +146,7 @@ impl Conn {
         if let Err(e) = stream.write_all(req.as_bytes()).await {
             self.stream = None;
             return if reused && may_retry {
-                Box::pin(self.get_inner(path, keep_body, false)).await
+                Box::pin(self.get_inner(path, keep_body, false, progress)).await
             } else {
                 Err(io(e))
             };
@@ -120,7 +163,7 @@ impl Conn {
             if got == 0 {
                 self.stream = None;
                 if reused && may_retry && self.buf.is_empty() {
-                    return Box::pin(self.get_inner(path, keep_body, false)).await;
+                    return Box::pin(self.get_inner(path, keep_body, false, progress)).await;
                 }
                 return Err(FetchError::Invalid(
                     path.to_string(),
@@ -133,6 +176,12 @@ impl Conn {
         let framing = head
             .framing(false)
             .map_err(|e| FetchError::Invalid(path.to_string(), e.to_string()))?;
+        if let Some(p) = progress {
+            let _ = p.first_byte.set(first_byte);
+            if let ResponseFraming::Length(len) = framing {
+                p.total.store(len, Ordering::Relaxed);
+            }
+        }
         let keep = keep_body && (200..300).contains(&head.status);
         let mut body = BytesMut::new();
         let mut total = 0u64;
@@ -146,6 +195,9 @@ impl Conn {
                     let chunk = self.buf.split_to(take);
                     left -= take as u64;
                     total += take as u64;
+                    if let Some(p) = progress {
+                        p.got.store(total, Ordering::Relaxed);
+                    }
                     if keep && body.len() + chunk.len() <= MAX_KEEP {
                         body.extend_from_slice(&chunk);
                     }

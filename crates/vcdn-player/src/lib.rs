@@ -479,6 +479,7 @@ async fn servers_of(opts: &PlayerOptions) -> Result<(Arc<Servers>, Target), Play
 /// time, a broken connection, a 5xx) the server is avoided for a while and
 /// the request goes at once to the session's next choice; with one server,
 /// once more on a fresh connection. Keeps one idle connection per session.
+#[allow(clippy::too_many_arguments)]
 async fn fetch(
     servers: &Servers,
     id: usize,
@@ -487,6 +488,7 @@ async fn fetch(
     path: &str,
     keep_body: bool,
     timeout: Duration,
+    progress: Option<&conn::Progress>,
 ) -> Result<conn::Fetched, FetchError> {
     let mut tries = servers.ranked(id, avoided);
     tries.truncate(3);
@@ -503,7 +505,7 @@ async fn fetch(
             None
         };
         let mut c = pooled.unwrap_or_else(|| Conn::new(addr));
-        match c.get(path, keep_body, timeout).await {
+        match c.get_tracked(path, keep_body, timeout, progress).await {
             Ok(f) if f.status < 500 => {
                 let mut idle = pool.lock().await;
                 idle.retain(|c| c.addr() == addr);

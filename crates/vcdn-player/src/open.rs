@@ -61,14 +61,14 @@ pub(crate) async fn session(
     let avoided = Arc::new(Avoided::default());
     // The session's own MPD and initialization fetch, as a player does.
     let timeout = opts.request_timeout;
-    match fetch(&servers, id, &avoided, &pool, &t.path, false, timeout).await {
+    match fetch(&servers, id, &avoided, &pool, &t.path, false, timeout, None).await {
         Ok(f) if f.status == 200 => report.requests += 1,
         Ok(f) => report.fail(format!("manifest: HTTP {}", f.status)),
         Err(e) => report.fail(e.to_string()),
     }
     if let (false, Some(init)) = (report.failed, &first.init) {
         let path = path_of(t, init);
-        match fetch(&servers, id, &avoided, &pool, &path, false, timeout).await {
+        match fetch(&servers, id, &avoided, &pool, &path, false, timeout, None).await {
             Ok(f) if f.status == 200 => report.requests += 1,
             Ok(f) => report.fail(format!("{init}: HTTP {}", f.status)),
             Err(e) => report.fail(e.to_string()),
@@ -130,7 +130,7 @@ pub(crate) async fn session(
                 in_flight += 1;
                 tokio::spawn(async move {
                     let sent = Instant::now();
-                    let result = fetch(&servers, id, &avoided, &pool, &path, false, timeout).await;
+                    let result = fetch(&servers, id, &avoided, &pool, &path, false, timeout, None).await;
                     let at = Instant::now();
                     let result = match result {
                         Ok(f) if (200..300).contains(&f.status) => Ok(f.bytes),
