@@ -56,8 +56,10 @@ struct Got {
 type InFlight = Pin<Box<dyn Future<Output = Got> + Send>>;
 
 /// One media type of a session.
-struct Track {
-    reps: Vec<Representation>,
+struct Track<'m> {
+    /// The manifest's representations of this type (not copied: a
+    /// session is small, whatever the manifest lists).
+    reps: &'m [Representation],
     pool: Arc<Mutex<Vec<Conn>>>,
     /// Next segment index, and how many there are.
     next: u64,
@@ -81,15 +83,15 @@ struct Track {
     retry_at_rep: Option<usize>,
 }
 
-impl Track {
-    fn new(reps: &[Representation], first: u64) -> Track {
+impl<'m> Track<'m> {
+    fn new(reps: &'m [Representation], first: u64) -> Track<'m> {
         let count = reps
             .iter()
             .filter_map(|r| r.count())
             .min()
             .unwrap_or(u64::MAX);
         Track {
-            reps: reps.to_vec(),
+            reps,
             pool: Arc::new(Mutex::new(Vec::new())),
             next: first,
             count,
