@@ -237,7 +237,12 @@ pub(crate) async fn session(
                 Some(fb) => {
                     wake = wake.min(fb + Duration::from_secs_f64(opts.abr.abandon_min_elapsed_s));
                 }
-                None => wake = wake.min(now.max(v.sent + Duration::from_millis(500))),
+                // Nothing to judge before the first byte: look again later.
+                None => {
+                    let first_look =
+                        v.sent + Duration::from_secs_f64(opts.abr.abandon_min_elapsed_s);
+                    wake = wake.min(first_look.max(now + Duration::from_millis(200)));
+                }
             }
         }
         for (k, tr) in tracks.iter_mut().enumerate() {
