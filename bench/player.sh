@@ -146,6 +146,15 @@ warm_cache() {
 }
 
 xcpu_ns() { "$TMP/xcpu" "$SERVER_CPU" "$PLAYER_CPU"; }
+
+# Machine-wide TCP counters (/proc/net/netstat): accept-queue overflows at
+# a listener (the SYN is dropped and re-sent after 1 s, then 3 s) and SYN
+# retransmits. Printed as "overflows syn_retransmits".
+tcp_drops() {
+  awk '$1 == "TcpExt:" { if (!n) { for (i = 2; i <= NF; i++) k[i] = $i; n = 1; next }
+         for (i = 2; i <= NF; i++) v[k[i]] = $i }
+       END { print v["ListenOverflows"] + 0, v["TCPSynRetrans"] + 0 }' /proc/net/netstat
+}
 vm_hwm_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status" 2>/dev/null || true; }
 
 # run_player MODE N -> a row in results.tsv
@@ -153,6 +162,8 @@ run_player() {
   local mode=$1 n=$2 pid out=$TMP/player-$1-$2
   local x0 x1 t0 s p0 p1 c0 c1 b0 b1 a0 a1 o0 o1 pend=0 hwm=0 h
   x0=$(xcpu_ns)
+  local d0 d1
+  d0=$(tcp_drops)
   # shellcheck disable=SC2086
   taskset -c "$PLAYER_CPU" "$VCDN_BIN" player --url "http://127.0.0.1:$CACHE_PORT$MPD" \
     --sessions "$n" --duration "$DURATION" --ramp "$RAMP" --quality "$QUALITY" --mode "$mode" \
@@ -182,6 +193,7 @@ run_player() {
   fi
   wait "$pid" || log "player ($mode, $n) exited non-zero: $(tail -n 3 "$out.stderr")"
   x1=$(xcpu_ns)
+  d1=$(tcp_drops)
   [[ -n $p0 && -n $p1 && -s $out.json ]] || { tail -n 20 "$out.stderr" >&2; die "player ($mode, $n) gave no report"; }
   local whole=$pend
   # Requests in the window, from the progress lines ("player 17.0s ... N req/s").
@@ -191,12 +203,13 @@ run_player() {
   jq -r --arg mode "$mode" --argjson n "$n" --argjson win "$((WIN1 - WIN0))" --argjson hz "$CLK_TCK" \
     --argjson pt "$((p1 - p0))" --argjson ct "$((c1 - c0 + o1 - o0))" --argjson whole "$whole" \
     --argjson other1 "$((b1 - b0 - (p1 - p0)))" --argjson other0 "$((a1 - a0 - (c1 - c0 + o1 - o0)))" \
-    --argjson reqs "$reqs" --argjson hwm "$hwm" --arg x "$x0/$x1" --argjson dur "$DURATION" '
+    --argjson reqs "$reqs" --argjson hwm "$hwm" --arg x "$x0/$x1" --argjson dur "$DURATION" \
+    --arg drops "$(awk -v a="$d0" -v b="$d1" 'BEGIN { split(a, x, " "); split(b, y, " "); print y[1] - x[1] "/" y[2] - x[2] }')" '
     .summary as $s | [$mode, $n, ($pt / $hz / $win), ($ct / $hz / $win), $reqs, ($whole / $hz / $dur),
       $hwm, $s.started, $s.failed, $s.stalls, $s.stall_ratio, $s.mean_mos, $s.p95_startup_delay_s,
       $s.latency_ms.p99, $s.errors, $s.requests_per_s, ($other1 / $hz / $win), ($other0 / $hz / $win), $x,
-      (if $reqs > 0 then $pt / $hz / $reqs * 1e6 else 0 end)] | @tsv' "$out.json" >>"$TMP/results.tsv"
-  log "$(tail -n 1 "$TMP/results.tsv" | awk -F'\t' '{ printf "%-6s %6d sessions: player %.0f%% of a core, cache %.0f%%, %.1f us per segment, failed %d, stalls %d, MOS %.2f, cross-CPU %s ns", $1, $2, $3 * 100, $4 * 100, $20, $9, $10, $12, $19 }')"
+      (if $reqs > 0 then $pt / $hz / $reqs * 1e6 else 0 end), $drops] | @tsv' "$out.json" >>"$TMP/results.tsv"
+  log "$(tail -n 1 "$TMP/results.tsv" | awk -F'\t' '{ printf "%-6s %6d sessions: player %.0f%% of a core, cache %.0f%%, %.1f us per segment, failed %d, stalls %d, MOS %.2f, start-up p95 %.2f s, listen overflows/SYN retransmits %s, cross-CPU %s ns", $1, $2, $3 * 100, $4 * 100, $20, $9, $10, $12, $13, $21, $19 }')"
   local why
   why=$(jq -r '[.per_session[] | select(.failed) | .error // "?" | sub("[0-9]+"; "N"; "g")]
                | group_by(.) | map("\(length) x \(.[0])") | .[:3] | join("; ")' "$out.json")
@@ -217,14 +230,15 @@ report() {
     echo "- setup: vcdn origin and vcdn cache --threads 1 on CPU $SERVER_CPU (cache warmed, every segment a hit); vcdn player --threads 1 --quality $QUALITY on CPU $PLAYER_CPU; $MPD ($SEGMENTS segments of 2 s); --duration $DURATION --ramp $RAMP; open files $(ulimit -n)"
     echo "- window: CPU and requests measured from ${WIN0} s to ${WIN1} s of each run (after the ramp and the first buffer fill); 'whole run' = player CPU over all of it, start-up and report included"
     echo "- pass: player under $MAX_CPU of its core in the window, no session failed or stalled; sessions per core = sessions / player core fraction"
+    echo "- listen overflows / SYN retransmits: machine-wide TCP counters over the run (/proc/net/netstat); a connection whose SYN found the cache's accept queue full starts 1 s (then 3 s) late"
     echo "- not charged = busy time of that CPU (/proc/stat) not used by the processes under test, as a fraction of the window (other work on a shared machine)"
     echo
-    echo "| mode | sessions | player core (window) | whole run | µs per segment | peak RSS MiB | cache core | started | failed | stalls | mean MOS | start-up p95 s | segment p99 ms | req/s | not charged CPU$PLAYER_CPU / CPU$SERVER_CPU | cross-CPU ns | pass | sessions per core |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"
+    echo "| mode | sessions | player core (window) | whole run | µs per segment | peak RSS MiB | cache core | started | failed | stalls | mean MOS | start-up p95 s | segment p99 ms | req/s | not charged CPU$PLAYER_CPU / CPU$SERVER_CPU | listen overflows / SYN retransmits | cross-CPU ns | pass | sessions per core |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"
     awk -F'\t' -v max="$MAX_CPU" '{
       pass = ($3 < max && $9 == 0 && $10 == 0) ? "yes" : "no"
-      printf "| %s | %d | %.0f%% | %.0f%% | %.1f | %.0f | %.0f%% | %d | %d | %d | %.2f | %.2f | %.0f | %.0f | %.0f%% / %.0f%% | %s | %s | %s |\n",
-        $1, $2, $3 * 100, $6 * 100, $20, $7 / 1024, $4 * 100, $8, $9, $10, $12, $13, $14, $16, $17 * 100, $18 * 100, $19, pass,
+      printf "| %s | %d | %.0f%% | %.0f%% | %.1f | %.0f | %.0f%% | %d | %d | %d | %.2f | %.2f | %.0f | %.0f | %.0f%% / %.0f%% | %s | %s | %s | %s |\n",
+        $1, $2, $3 * 100, $6 * 100, $20, $7 / 1024, $4 * 100, $8, $9, $10, $12, $13, $14, $16, $17 * 100, $18 * 100, $21, $19, pass,
         ($3 > 0 ? sprintf("%.0f", $2 / $3) : "n/a") }' "$TMP/results.tsv"
     echo
     cat "$TMP/why.md"
