@@ -169,6 +169,7 @@ run_player() {
     --sessions "$n" --duration "$DURATION" --ramp "$RAMP" --quality "$QUALITY" --mode "$mode" \
     --threads 1 --report "$out.json" $PLAYER_ARGS >"$out.stdout" 2>"$out.stderr" &
   pid=$!
+  STARTED+=("$pid")   # stopped on an interrupt too
   t0=$(date +%s.%N)
   # Sample at whole seconds after the start: the window's ends and the
   # peak RSS until the player exits (or the bound).
@@ -231,7 +232,7 @@ report() {
     echo "- window: CPU and requests measured from ${WIN0} s to ${WIN1} s of each run (after the ramp and the first buffer fill); 'whole run' = player CPU over all of it, start-up and report included"
     echo "- pass: player under $MAX_CPU of its core in the window, no session failed or stalled; sessions per core = sessions / player core fraction"
     echo "- listen overflows / SYN retransmits: machine-wide TCP counters over the run (/proc/net/netstat); a connection whose SYN found the cache's accept queue full starts 1 s (then 3 s) late"
-    echo "- not charged = busy time of that CPU (/proc/stat) not used by the processes under test, as a fraction of the window (other work on a shared machine)"
+    echo "- not charged = busy time of that CPU (/proc/stat) not used by the processes under test, as a fraction of the window (other work on a shared machine; a rough indicator, the two counters are kept differently, and values below 0 mean nothing else ran)"
     echo
     echo "| mode | sessions | player core (window) | whole run | µs per segment | peak RSS MiB | cache core | started | failed | stalls | mean MOS | start-up p95 s | segment p99 ms | req/s | not charged CPU$PLAYER_CPU / CPU$SERVER_CPU | listen overflows / SYN retransmits | cross-CPU ns | pass | sessions per core |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"
