@@ -153,7 +153,7 @@ impl Conn {
         }
         let limits = Limits::default();
         let (head, n) = loop {
-            if let Some(h) = parse_response(&self.buf.clone().freeze(), &limits)
+            if let Some(h) = parse_response(&head_of(&self.buf), &limits)
                 .map_err(|e| FetchError::Invalid(path.to_string(), e.to_string()))?
             {
                 break h;
@@ -262,5 +262,52 @@ impl Conn {
             body: keep.then(|| body.freeze()),
             first_byte,
         })
+    }
+}
+
+/// What of `buf` the response parser needs to see, as `Bytes` (it takes
+/// `Bytes`, a `BytesMut` must be copied): once the head's empty line is in,
+/// the head alone (a few hundred bytes, where the whole buffer would be up
+/// to 16 KiB with the body's start, a large allocation and copy per
+/// segment); before that all of it, so that incomplete and bad heads are
+/// judged as before. The parser's answer is the same either way, since a
+/// head ends at its first CRLF CRLF.
+fn head_of(buf: &BytesMut) -> Bytes {
+    match memchr::memmem::find(buf, b"\r\n\r\n") {
+        Some(i) => Bytes::copy_from_slice(&buf[..i + 4]),
+        None => Bytes::copy_from_slice(buf),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The head alone parses as the whole buffer does: same head, same
+    /// length, same errors.
+    #[test]
+    fn the_head_alone_parses_as_the_whole_buffer() {
+        let limits = Limits::default();
+        for raw in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello\r\n\r\n"[..],
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Len",
+            b"HTTP/1.1 200 OK\nA: b\n\nbody\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nA: b\nc\r\n\r\n",
+            b"HTTP/1.1 999 No\r\n\r\n",
+        ] {
+            let buf = BytesMut::from(raw);
+            let whole = parse_response(&Bytes::copy_from_slice(raw), &limits);
+            let head = parse_response(&head_of(&buf), &limits);
+            match (whole, head) {
+                (Ok(Some((a, n))), Ok(Some((b, m)))) => {
+                    assert_eq!((a.status, n), (b.status, m));
+                    assert_eq!(a.framing(false).ok(), b.framing(false).ok());
+                }
+                (Ok(None), Ok(None)) => {}
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => panic!("{raw:?}: {:?} vs {:?}", a.is_ok(), b.is_ok()),
+            }
+        }
     }
 }
