@@ -207,6 +207,17 @@ table("Fig. 10: mean MOS", lambda m, r: f"{num(r['mean_mos']):.2f}", paper=True)
 table("Fig. 11: interruptions per viewer-minute", lambda m, r: f"{num(r['stalls_per_min']):.2f}", paper=True)
 table("Fig. 13: P(MOS > 3.6) over 16 s windows", lambda m, r: f"{num(r['p_mos_over_3_6']):.2f}")
 table("Start-up delay, mean seconds (not in the paper)", lambda m, r: f"{startup(m, r['server'], r['sessions_per_cpu']):.2f}")
+
+
+def delivered(m, r):
+    """Segments per second the server delivered, per CPU."""
+    path = RAW / f"video-{m}-{r['server']}-{r['sessions_per_cpu']}.json"
+    if not path.exists():
+        return "-"
+    return f"{json.loads(path.read_text())['summary']['requests_per_s'] / vcpu:,.0f}"
+
+
+table("Segments delivered per second, per CPU (the demand of n viewers is n/2 in steady state)", delivered)
 table("Failed sessions (of viewers per CPU × 0.1)", lambda m, r: r["failed"])
 table("Player CPU (share of its core)", lambda m, r: f"{num(r['player_cpu']):.2f}")
 md.append(

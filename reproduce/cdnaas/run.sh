@@ -271,4 +271,4 @@ for p in $PARTS; do
   sort "$TMP/run.txt" >"$RAW/run.txt"
 done
 python3 "$ROOT/reproduce/cdnaas/plot.py" "$OUT"
-log "done: $OUT/README.md"
+log "done: $OUT/results.md"
