@@ -16,17 +16,26 @@
 #     (`vcdn player --dns`) and ask again when the 20 s TTL runs out, so
 #     viewers move to caches that join and off caches that are drained.
 #     Each batch plays with `vcdn player` and reports its MOS every 16 s.
+#     The player runs in PLAYER_MODE: closed (default; a viewer's player,
+#     the next segment when the previous one has arrived and the buffer has
+#     room, so overload shows as start-up delay and stalls) or open (the old
+#     schedule, segment i at (i - 3) x 2 s: overload shows as late responses
+#     and failed sessions). `--quality highest`, as in the calibration: every
+#     viewer watches the HD representation whose capacity the model gives.
 #  4. Every 2 s the service's instances and MOS are sampled; the players'
 #     JSON reports give every 16 s window's score.
 #
-# Output: OUT/elasticity.csv, OUT/elasticity.png and a markdown table on
-# stdout (and OUT/elasticity.md). Traffic stays on loopback.
+# Output: OUT/NAME.csv, OUT/NAME.png, OUT/NAME-baseline.csv,
+# OUT/NAME-capacity.toml, OUT/NAME-events.tsv and a markdown table on stdout
+# (and OUT/NAME.md), where NAME is elasticity (closed loop) or
+# elasticity-open. Traffic stays on loopback.
 #
 # Environment: SHARE=0.05 TARGET=4.0 BATCH=150 BATCHES=18 JOIN_S=10 LIFE=190
 #              OUT=docs  SKIP_BUILD=1 (skip cargo build)
 #              CAPACITY=FILE (a capacity model to use instead of calibrating)
 #              KEEP=1 (keep the players' reports and logs in OUT/elasticity-run/)
 #              BASELINE=0 (skip the second ramp against one fixed vCPU)
+#              PLAYER_MODE=closed (or open)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SHARE=${SHARE:-0.05}
@@ -36,6 +45,12 @@ BATCHES=${BATCHES:-18}
 JOIN_S=${JOIN_S:-10}
 LIFE=${LIFE:-190}
 OUT=${OUT:-$ROOT/docs}
+PLAYER_MODE=${PLAYER_MODE:-closed}
+case $PLAYER_MODE in
+  closed) NAME=elasticity ;;
+  open) NAME=elasticity-open ;;
+  *) echo "PLAYER_MODE: give closed or open" >&2; exit 1 ;;
+esac
 V=$ROOT/target/release/vcdn
 log() { echo "[elasticity $(date +%H:%M:%S)] $*" >&2; }
 
@@ -105,9 +120,12 @@ ramp() {
     echo $(( (j + 1) * BATCH )) >"$dir/demand"
     log "$name batch $j: $BATCH viewers join for ${LIFE}s"
     echo "$j,$(echo "$(date +%s.%N) - $t0" | bc)" >>"$dir/batches.csv"
-    "$V" player --quiet --url "http://$name.demo.example:$IPORT/dash/vod/film/manifest.mpd" --dns "$DNS" \
-      --sessions "$BATCH" --duration "$LIFE" --ramp 2 --quality highest --report "$dir/batch$j.json" \
-      --qoe-to "http://$API/v1/services/$name/qoe" --qoe-token "$KEY" --qoe-region paris >"$dir/batch$j.txt" 2>&1 &
+    # The player's CPU seconds (its children's utime + stime, as seen by
+    # the shell that waited for it) go to batchJ.cpu.
+    bash -c 'txt=$1 cpu=$2; shift 2; "$@" >"$txt" 2>&1; read -ra f < <(sed "s/^.*) //" /proc/$$/stat); echo $(( f[13] + f[14] )) >"$cpu"' _ \
+      "$dir/batch$j.txt" "$dir/batch$j.cpu" "$V" player --quiet --url "http://$name.demo.example:$IPORT/dash/vod/film/manifest.mpd" --dns "$DNS" \
+      --sessions "$BATCH" --duration "$LIFE" --ramp 2 --quality highest --mode "$PLAYER_MODE" --report "$dir/batch$j.json" \
+      --qoe-to "http://$API/v1/services/$name/qoe" --qoe-token "$KEY" --qoe-region paris &
     players+=($!)
   done
   # The audience leaves as it came: the demand column follows.
@@ -132,14 +150,14 @@ if [[ ${BASELINE:-1} == 1 ]]; then
   ramp fixed fixed "$TMP/baseline"
 fi
 mkdir -p "$OUT"
-cp "$TMP/samples.csv" "$OUT/elasticity.csv"
-[[ -f $TMP/baseline/samples.csv ]] && cp "$TMP/baseline/samples.csv" "$OUT/elasticity-baseline.csv"
-cp "$TMP/capacity.toml" "$OUT/elasticity-capacity.toml"
+cp "$TMP/samples.csv" "$OUT/$NAME.csv"
+[[ -f $TMP/baseline/samples.csv ]] && cp "$TMP/baseline/samples.csv" "$OUT/$NAME-baseline.csv"
+cp "$TMP/capacity.toml" "$OUT/$NAME-capacity.toml"
 if [[ ${KEEP:-0} == 1 ]]; then
-  rm -rf "$OUT/elasticity-run" && mkdir -p "$OUT/elasticity-run"
-  cp -r "$TMP"/batch* "$TMP/up.log" "$OUT/elasticity-run/"
-  [[ -d $TMP/baseline ]] && cp -r "$TMP/baseline" "$OUT/elasticity-run/"
-  cp -r "$TMP/data/logs" "$OUT/elasticity-run/instance-logs" 2>/dev/null || true
+  rm -rf "$OUT/$NAME-run" && mkdir -p "$OUT/$NAME-run"
+  cp -r "$TMP"/batch* "$TMP/up.log" "$OUT/$NAME-run/"
+  [[ -d $TMP/baseline ]] && cp -r "$TMP/baseline" "$OUT/$NAME-run/"
+  cp -r "$TMP/data/logs" "$OUT/$NAME-run/instance-logs" 2>/dev/null || true
 fi
-jq -r '.events[] | [.at_ms, .kind, .detail] | @tsv' "$TMP/events.json" >"$OUT/elasticity-events.tsv"
-python3 "$ROOT/reproduce/cdnaas/plot_elasticity.py" "$TMP" "$OUT" "$TARGET" "$SHARE" "$BATCHES" "$LIFE" "$BATCH"
+jq -r '.events[] | [.at_ms, .kind, .detail] | @tsv' "$TMP/events.json" >"$OUT/$NAME-events.tsv"
+python3 "$ROOT/reproduce/cdnaas/plot_elasticity.py" "$TMP" "$OUT" "$TARGET" "$SHARE" "$BATCHES" "$LIFE" "$BATCH" "$NAME" "$PLAYER_MODE"

@@ -16,6 +16,8 @@ W = 16.0
 
 life = float(sys.argv[6]) if len(sys.argv) > 6 else 190.0
 batch = int(sys.argv[7]) if len(sys.argv) > 7 else 30
+name = sys.argv[8] if len(sys.argv) > 8 else "elasticity"
+mode = sys.argv[9] if len(sys.argv) > 9 else "closed"
 
 
 def samples(d):
@@ -54,10 +56,42 @@ def windows_of(d):
             if s.get("failed"):
                 key = re.sub(r"[0-9]+", "N", s.get("error") or "unknown")
                 reasons[key] = reasons.get(key, 0) + 1
-            start = joined[j] + (s["startup_delay_s"] or 0.0)
+            start = joined[j] + (s.get("startup_delay_s") or 0.0)
             for k, score in enumerate(s["windows"]):
                 windows.append((start + (k + 0.5) * W, score))
     return windows, failed_batches, reasons
+
+
+def players(d):
+    """What the viewers saw beyond the MOS (start-up delay, stalls, failed
+    sessions), and what the players cost: from the batches' reports."""
+    startups, stalls, stall_s, play_s, sessions, failed, cpu_s = [], 0, 0.0, 0.0, 0, 0, 0.0
+    for j in range(batches):
+        try:
+            rep = json.load(open(f"{d}/batch{j}.json"))
+        except FileNotFoundError:
+            continue
+        for s in rep["per_session"]:
+            sessions += 1
+            failed += bool(s.get("failed"))
+            if s.get("startup_delay_s") is not None:
+                startups.append(s["startup_delay_s"])
+            stalls += s.get("stalls", 0)
+            stall_s += s.get("stall_s", 0.0)
+        play_s += rep["summary"]["sessions"] * rep["duration_s"]
+        try:
+            cpu_s += int(open(f"{d}/batch{j}.cpu").read()) / os.sysconf("SC_CLK_TCK")
+        except (FileNotFoundError, ValueError):
+            pass
+    startups.sort()
+    p95 = startups[int(0.95 * (len(startups) - 1))] if startups else float("nan")
+    mean = sum(startups) / len(startups) if startups else float("nan")
+    return (
+        f"{sessions} sessions, {failed} failed; start-up delay mean {mean:.2f} s, p95 {p95:.2f} s; "
+        f"{stalls} stalls ({60.0 * stalls / max(play_s, 1e-9):.2f} per viewer-minute), "
+        f"{stall_s:.0f} s stalled in {play_s:.0f} viewer-seconds ({100.0 * stall_s / max(play_s, 1e-9):.2f} %); "
+        f"the players used {cpu_s:.0f} CPU-seconds ({1000.0 * cpu_s / max(play_s, 1e-9):.2f} ms per viewer-second)"
+    )
 
 
 def per_bin(windows, end):
@@ -96,12 +130,13 @@ ax2.set_ylabel("viewers")
 ax[1].set_xlabel("seconds")
 ax[1].legend(loc="upper left", fontsize=8)
 ax2.legend(loc="upper right", fontsize=8)
-fig.suptitle(f"vcdn elasticity: HD viewers in one region, one vCPU = {share} CPU")
+fig.suptitle(f"vcdn elasticity: HD viewers ({mode}-loop player) in one region, one vCPU = {share} CPU")
 fig.tight_layout()
-fig.savefig(f"{out}/elasticity.png", dpi=110)
+fig.savefig(f"{out}/{name}.png", dpi=110)
 
 # A table by minute.
 lines = [
+    f"Player: `vcdn player --mode {mode} --quality highest`.\n",
     "| minute | viewers (max) | vCPUs (min-max) | mean MOS | 16 s windows | under target |",
     "|---:|---:|---:|---:|---:|---:|",
 ]
@@ -124,6 +159,9 @@ lines.append(
     f"\nvCPU-seconds used: {used:.0f}, against {peak:.0f} for {max(vcpus, default=0)} vCPUs "
     f"held for the whole run ({100.0 * used / max(peak, 1e-9):.0f} %)."
 )
+lines.append(f"\nElastic, the viewers: {players(tmp)}.")
+if base:
+    lines.append(f"\nOne fixed vCPU, the viewers: {players(f'{tmp}/baseline')}.")
 if base:
     bw = base[0]
     bu = sum(1 for _, v in bw if v < target)
@@ -141,5 +179,5 @@ if reasons:
     for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])[:8]:
         lines.append(f"- {n}: {k}")
 md = "\n".join(lines)
-open(f"{out}/elasticity.md", "w").write(md + "\n")
+open(f"{out}/{name}.md", "w").write(md + "\n")
 print(md)

@@ -14,8 +14,16 @@
 #   Fig. 6    43 B object, closed loop (wrk), 1 and 2 vCPUs, CONNS connections
 #   Table III 73,262 B and 434,830 B objects, 1000 and 10000 connections, 1 vCPU
 #   Figs 10, 11, 13: SESSIONS (per CPU) HD DASH viewers (`vcdn player`, the
-#             paper's Table II chunk sizes, 2 s chunks, no adaptation) for
-#             VIDEO_S seconds: mean MOS, stalls per minute, P(MOS > 3.6)
+#             paper's Table II chunk sizes, 2 s chunks) for VIDEO_S seconds:
+#             mean MOS, stalls per minute, P(MOS > 3.6), start-up delay.
+#             `--quality highest`: the paper's viewers watched one fixed HD
+#             quality (no adaptation). `--mode PLAYER_MODE`: closed (a
+#             viewer's player: the next segment when the previous one has
+#             arrived and the buffer has room, so overload shows as stalls
+#             and start-up delay) or open (the old schedule, segment i at
+#             (i - 3) x 2 s whatever happened: a load generator, so overload
+#             shows as late responses and failures). Results go to
+#             raw/video-PLAYER_MODE*, so both modes' results sit side by side.
 #   Fig. 14   73,262 B chunks, open loop (`vcdn player --http --rate`, 1000
 #             connections) at the request rate of STREAMS (per CPU) viewers
 #             (one chunk per 2 s each): the response-time CDF and its p90
@@ -26,6 +34,8 @@
 # Environment (defaults): VCPU=0.1 POINT_S=8 TABLE3_S=30 VIDEO_S=48 OUT=reproduce/cdnaas
 #   CONNS="10 100 1000 5000 10000"  SESSIONS="5000 10000 15000 20000 25000 30000 40000"
 #   STREAMS="10000 25000 50000 75000 100000"  SERVERS="vcdn nginx"  SKIP_BUILD=1
+#   PARTS="fig6 table3 fig14 video" (the parts to run; the others' results in
+#   raw/ are kept and plotted)  PLAYER_MODE=closed (or open: the video part)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 VCPU=${VCPU:-0.1}
@@ -39,12 +49,17 @@ CONNS=${CONNS:-10 100 1000 5000 10000}
 SESSIONS=${SESSIONS:-5000 10000 15000 20000 25000 30000 40000}
 STREAMS=${STREAMS:-10000 25000 50000 75000 100000}
 SERVERS=${SERVERS:-vcdn nginx}
+PARTS=${PARTS:-fig6 table3 fig14 video}
+PLAYER_MODE=${PLAYER_MODE:-closed}
 V=$ROOT/target/release/vcdn
 SERVER_CPU=0 LOAD_CPU=1
 CLK_TCK=$(getconf CLK_TCK)
 source "$ROOT/bench/lib.sh"
 log() { echo "[cdnaas $(date +%H:%M:%S)] $*" >&2; }
 die() { log "error: $*"; exit 1; }
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+for p in $PARTS; do [[ $p =~ ^(fig6|table3|fig14|video)$ ]] || die "PARTS: $p is not one of fig6 table3 fig14 video"; done
+[[ $PLAYER_MODE =~ ^(closed|open)$ ]] || die "PLAYER_MODE: give closed or open"
 
 [[ $(id -u) -eq 0 ]] || die "run as root (installs packages, creates cgroups)"
 missing=()
@@ -176,19 +191,20 @@ wrk_run() {
     'BEGIN { printf "%.2f", t / hz / s / (q * n) }')"
 }
 
-: >"$RAW/fig6.tsv"; : >"$RAW/table3.tsv"; : >"$RAW/video.tsv"; : >"$RAW/fig14.tsv"
-echo -e "server\tvcpus\tconnections\trequests_per_s\tper_cpu\terrors\tquota_used" >"$RAW/fig6.tsv"
-echo -e "server\tbytes\tconnections\trequests_per_s\tper_cpu\terrors\tquota_used" >"$RAW/table3.tsv"
-echo -e "server\tsessions_per_cpu\tsessions\tmean_mos\tstalls_per_min\tp_mos_over_3_6\tfailed\tplayer_cpu" >"$RAW/video.tsv"
-echo -e "server\tstreams_per_cpu\trate\tp50_ms\tp90_ms\tp99_ms\terrors" >"$RAW/fig14.tsv"
+VIDEO=video-$PLAYER_MODE
+part fig6 && echo -e "server\tvcpus\tconnections\trequests_per_s\tper_cpu\terrors\tquota_used" >"$RAW/fig6.tsv"
+part table3 && echo -e "server\tbytes\tconnections\trequests_per_s\tper_cpu\terrors\tquota_used" >"$RAW/table3.tsv"
+part video && echo -e "server\tsessions_per_cpu\tsessions\tmean_mos\tstalls_per_min\tp_mos_over_3_6\tfailed\tplayer_cpu\tmean_startup_s\tp95_startup_s\tstall_ratio" >"$RAW/$VIDEO.tsv"
+part fig14 && echo -e "server\tstreams_per_cpu\trate\tp50_ms\tp90_ms\tp99_ms\terrors" >"$RAW/fig14.tsv"
 
 taskset -c $LOAD_CPU "$V" origin --listen "$ORIGIN" >"$TMP/origin.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://$ORIGIN/size/43" 10 || die "origin did not start"
-log "origin on $ORIGIN; one vCPU = $VCPU CPU; $POINT_S s per throughput point, $VIDEO_S s per video point"
+log "origin on $ORIGIN; one vCPU = $VCPU CPU; $POINT_S s per throughput point, $VIDEO_S s per video point; parts: $PARTS; player: $PLAYER_MODE loop"
 [[ -n $(nginx -v 2>&1) ]] && log "$(nginx -v 2>&1)"
 
 for s in $SERVERS; do
+  part fig6 || continue
   # Fig. 6: the 43 B object, 1 and 2 vCPUs.
   for n in 1 2; do
     start_server "$s" "$n"
@@ -203,10 +219,11 @@ for s in $SERVERS; do
 done
 
 for s in $SERVERS; do
+  part table3 || part fig14 || part video || continue
   start_server "$s" 1
   warm
   # Table III.
-  for b in 73262 434830; do
+  part table3 && for b in 73262 434830; do
     for c in 1000 10000; do
       read -r rps errs used < <(wrk_run "http://$SERVER/size/$b" "$c" 1 "$TABLE3_S")
       log "table3 $s $b B $c conns: $rps req/s ($(per_cpu "$rps" 1) per CPU), $errs errors, quota used $used"
@@ -214,7 +231,7 @@ for s in $SERVERS; do
     done
   done
   # Fig. 14: open-loop low-quality chunks at the rate of N viewers.
-  for p in $STREAMS; do
+  part fig14 && for p in $STREAMS; do
     rate=$(awk -v p="$p" -v v="$VCPU" 'BEGIN { printf "%.1f", p / 2 * v }')
     taskset -c $LOAD_CPU "$V" player --http --quiet --url "http://$SERVER/size/73262" --connections 1000 \
       --rate "$rate" --duration "$POINT_S" --report "$RAW/fig14-$s-$p.json" >/dev/null 2>&1 || true
@@ -224,26 +241,34 @@ for s in $SERVERS; do
     echo -e "$s\t$p\t$rate\t$p50\t$p90\t$p99\t$errs" >>"$RAW/fig14.tsv"
   done
   # Figs 10, 11, 13: HD viewers.
-  for p in $SESSIONS; do
+  part video && for p in $SESSIONS; do
     n=$(awk -v p="$p" -v v="$VCPU" 'BEGIN { printf "%d", p * v }')
     cpu=$(bash -c 'taskset -c '$LOAD_CPU' "$@" >/dev/null 2>&1; read -ra f < <(sed "s/^.*) //" /proc/$$/stat); echo $(( f[13] + f[14] ))' _ \
       "$V" player --quiet --url "http://$SERVER/dash/vod/film/manifest.mpd" --sessions "$n" \
-      --duration "$VIDEO_S" --ramp 4 --quality highest --report "$RAW/video-$s-$p.json")
+      --duration "$VIDEO_S" --ramp 4 --quality highest --mode "$PLAYER_MODE" --report "$RAW/$VIDEO-$s-$p.json")
     settle
     cpu=$(awk -v t="$cpu" -v hz="$CLK_TCK" -v s="$VIDEO_S" 'BEGIN { printf "%.2f", t / hz / s }')
-    read -r mos spm ok failed < <(jq -r '[.summary.mean_mos, .summary.stalls_per_minute,
+    read -r mos spm ok failed su su95 sr < <(jq -r '[.summary.mean_mos, .summary.stalls_per_minute,
         ([.per_session[].windows[]] | if length == 0 then 0 else (map(select(. > 3.6)) | length) / length end),
-        .summary.failed] | @tsv' "$RAW/video-$s-$p.json")
-    log "video $s $p per CPU ($n sessions): mean MOS $mos, $spm stalls/min, P(MOS>3.6) $ok, $failed failed, player used $cpu of a core"
-    echo -e "$s\t$p\t$n\t$mos\t$spm\t$ok\t$failed\t$cpu" >>"$RAW/video.tsv"
+        .summary.failed, .summary.mean_startup_delay_s, .summary.p95_startup_delay_s, .summary.stall_ratio] | @tsv' "$RAW/$VIDEO-$s-$p.json")
+    log "video ($PLAYER_MODE loop) $s $p per CPU ($n sessions): mean MOS $mos, $spm stalls/min, P(MOS>3.6) $ok, $failed failed, start-up $su s (p95 $su95 s), player used $cpu of a core"
+    echo -e "$s\t$p\t$n\t$mos\t$spm\t$ok\t$failed\t$cpu\t$su\t$su95\t$sr" >>"$RAW/$VIDEO.tsv"
+    # The per-session detail is large; keep the summary, the windows, the
+    # start-up delays and why sessions failed.
+    jq -c '{summary, windows: [.per_session[].windows[]], startup_delay_s: [.per_session[].startup_delay_s],
+        errors: ([.per_session[].error // empty | gsub("[0-9]+"; "N")] | group_by(.) | map({(.[0]): length}) | add // {})}' \
+      "$RAW/$VIDEO-$s-$p.json" >"$TMP/v.json" && mv "$TMP/v.json" "$RAW/$VIDEO-$s-$p.json"
   done
   stop_server
 done
 
-# The per-session detail is large; keep the summaries and the windows.
-for f in "$RAW"/video-*.json; do
-  jq -c '{summary, windows: [.per_session[].windows[]]}' "$f" >"$f.tmp" && mv "$f.tmp" "$f"
+# raw/run.txt: one line per part, when and how it was last run.
+touch "$RAW/run.txt"
+for p in $PARTS; do
+  [[ $p == video ]] && p=$VIDEO
+  grep -v "^$p " "$RAW/run.txt" >"$TMP/run.txt" || true
+  echo "$p date=$(date -u +%FT%TZ) vcpu=$VCPU point_s=$POINT_S table3_s=$TABLE3_S video_s=$VIDEO_S commit=$(git -C "$ROOT" rev-parse --short HEAD) cpu=$(awk -F': ' '/model name/ { gsub(" ", "_", $2); print $2; exit }' /proc/cpuinfo) nginx=$(nginx -v 2>&1 | sed 's/.*nginx\///')" >>"$TMP/run.txt"
+  sort "$TMP/run.txt" >"$RAW/run.txt"
 done
-echo "date=$(date -u +%FT%TZ) vcpu=$VCPU point_s=$POINT_S table3_s=$TABLE3_S video_s=$VIDEO_S commit=$(git -C "$ROOT" rev-parse --short HEAD) cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo) nginx=$(nginx -v 2>&1 | sed 's/.*nginx\///')" >"$RAW/run.txt"
 python3 "$ROOT/reproduce/cdnaas/plot.py" "$OUT"
-log "done: $OUT/README.md"
+log "done: $OUT/results.md"
