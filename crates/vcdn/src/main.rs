@@ -15,6 +15,7 @@ mod model_cmd;
 mod name_cmd;
 mod netem_cmd;
 mod player_cmd;
+mod proxy_cmd;
 mod router_cmd;
 mod service_cmd;
 mod up_cmd;
@@ -74,6 +75,8 @@ enum Cmd {
         #[command(flatten)]
         video: video_args::VideoArgs,
     },
+    /// Run a dynamic-content acceleration proxy (ingress, transport or egress of a chain).
+    Proxy(proxy_cmd::ProxyArgs),
     /// Relay TCP to a target through an emulated path: delay, shared bandwidth cap.
     Netem(netem_cmd::NetemArgs),
     /// Start a demo origin and a cache in front of it, and show how to try them.
@@ -265,6 +268,7 @@ fn main() -> ExitCode {
         ),
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Netem(a) => netem_cmd::run(a),
+        Cmd::Proxy(a) => proxy_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
         Cmd::Player(a) => player_cmd::run(a),
         Cmd::Calibrate(a) => calibrate_cmd::run(a),

@@ -1,0 +1,141 @@
+//! `vcdn proxy`: flags → `vcdn_accel::start`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::FromRawFd;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use vcdn_accel::table::ChainTable;
+use vcdn_accel::{ProxyConfig, RelayMode};
+
+#[derive(Args)]
+pub struct ProxyArgs {
+    /// This proxy's location name (as in chains and peer sets).
+    #[arg(long, env = "VCDN_PROXY_NAME")]
+    name: String,
+    /// Address for clients and peer proxies (one port for both).
+    #[arg(long, env = "VCDN_PROXY_LISTEN", required_unless_present = "listen_fd")]
+    listen: Option<SocketAddr>,
+    /// Serve on this inherited listening socket instead (reactive start).
+    #[arg(long)]
+    listen_fd: Option<i32>,
+    /// Admin API, /metrics and /healthz.
+    #[arg(long, env = "VCDN_PROXY_ADMIN")]
+    admin: Option<SocketAddr>,
+    /// Bearer token of the admin API.
+    #[arg(long, env = "VCDN_PROXY_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// The service whose traffic this proxy carries.
+    #[arg(long, env = "VCDN_PROXY_SERVICE")]
+    service: String,
+    /// The service's origin, http://host:port[/base].
+    #[arg(long, env = "VCDN_PROXY_ORIGIN")]
+    origin: String,
+    /// Origin policy checked at every connect to the origin, e.g.
+    /// "deny non-public, allow 127.0.0.1:9000" [default: allow all].
+    #[arg(long, env = "VCDN_ORIGIN_POLICY", default_value = "")]
+    origin_policy: String,
+    /// Key authenticating hop headers between the service's proxies (32+ characters).
+    #[arg(long, env = "VCDN_PROXY_HOP_KEY", hide_env_values = true)]
+    hop_key: Option<String>,
+    /// A peer proxy, LOC=IP:PORT (repeat). Only peers can be next hops.
+    #[arg(long = "peer", value_parser = parse_peer)]
+    peers: Vec<(String, SocketAddr)>,
+    /// Where chains end without a table [default: this proxy].
+    #[arg(long)]
+    egress: Option<String>,
+    /// Chain table (JSON, as `PUT /chains`).
+    #[arg(long)]
+    chains: Option<PathBuf>,
+    /// Connections kept open to every next hop (0: a new one per exchange).
+    #[arg(long, default_value_t = 2)]
+    warm: usize,
+    /// Bytes a peer sends on each new pooled connection to open its
+    /// congestion window (0: no warm-up; at most 4 MiB).
+    #[arg(long, default_value_t = 256 * 1024)]
+    warmup_bytes: u64,
+    /// How bodies are relayed: splice, or sockmap when built in.
+    #[arg(long, default_value = "splice", value_parser = ["splice", "sockmap"])]
+    relay: String,
+    /// Exit after this many seconds without a connection.
+    #[arg(long)]
+    idle_exit: Option<u64>,
+    /// Who this process is to the control plane (in /healthz and /stats).
+    #[arg(long, env = "VCDN_INSTANCE_ID")]
+    instance_id: Option<String>,
+    /// Controller receiving RTT reports.
+    #[arg(long)]
+    controller: Option<String>,
+    /// Bearer token for the controller.
+    #[arg(long, env = "VCDN_PROXY_CONTROLLER_TOKEN", hide_env_values = true)]
+    controller_token: Option<String>,
+}
+
+fn parse_peer(s: &str) -> Result<(String, SocketAddr), String> {
+    let (n, a) = s.split_once('=').ok_or("expected LOC=IP:PORT")?;
+    let a = a
+        .parse()
+        .map_err(|_| format!("{a:?} is not an IP:PORT address"))?;
+    Ok((n.to_string(), a))
+}
+
+pub fn run(a: ProxyArgs) -> Result<(), String> {
+    if let Some(t) = &a.admin_token {
+        vcdn_http::auth::check_token_strength("--admin-token", t)?;
+    }
+    let mut cfg = ProxyConfig::new(&a.name, &a.service, &a.origin);
+    cfg.origin_policy = a.origin_policy;
+    cfg.hop_key = a.hop_key;
+    cfg.peers = a.peers.into_iter().collect::<HashMap<_, _>>();
+    cfg.egress = a.egress;
+    cfg.chains = match &a.chains {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).map_err(|e| format!("--chains {}: {e}", p.display()))?;
+            Some(
+                serde_json::from_str::<ChainTable>(&text)
+                    .map_err(|e| format!("--chains {}: {e}", p.display()))?,
+            )
+        }
+        None => None,
+    };
+    cfg.warm = a.warm;
+    cfg.warmup_bytes = a.warmup_bytes;
+    cfg.relay = if a.relay == "sockmap" {
+        RelayMode::Sockmap
+    } else {
+        RelayMode::Splice
+    };
+    cfg.idle_exit = a.idle_exit.map(Duration::from_secs);
+    cfg.instance_id = a.instance_id;
+    cfg.admin_token = a.admin_token;
+    cfg.controller = a.controller;
+    cfg.controller_token = a.controller_token;
+    let listener = match (a.listen_fd, a.listen) {
+        // SAFETY: the parent handed us this descriptor as a listening socket.
+        (Some(fd), _) => unsafe { std::net::TcpListener::from_raw_fd(fd) },
+        (None, Some(addr)) => std::net::TcpListener::bind(addr)
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?,
+        (None, None) => return Err("--listen or --listen-fd is required".into()),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    rt.block_on(async move {
+        let r = vcdn_accel::start(cfg, listener, a.admin).await?;
+        println!("vcdn proxy {} listening on http://{}", r.proxy.cfg.name, r.listen);
+        if let Some(ad) = r.admin {
+            println!("vcdn proxy admin on http://{ad} (/healthz, /metrics, /stats, /peers, /chains, /rtt)");
+        }
+        tracing::info!(name = %r.proxy.cfg.name, listen = %r.listen, admin = ?r.admin, "vcdn proxy ready");
+        vcdn_accel::run_until_stopped(r.proxy).await;
+        Ok::<(), String>(())
+    })?;
+    // Connections still open after the drain are dropped with the runtime.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    Ok(())
+}
