@@ -65,6 +65,9 @@ pub struct ProxyArgs {
     /// Who this process is to the control plane (in /healthz and /stats).
     #[arg(long, env = "VCDN_INSTANCE_ID")]
     instance_id: Option<String>,
+    /// A client's request head must arrive within this (408 otherwise).
+    #[arg(long, default_value_t = 10_000, hide = true)]
+    header_timeout_ms: u64,
     /// Controller receiving RTT reports.
     #[arg(long)]
     controller: Option<String>,
@@ -110,6 +113,7 @@ pub fn run(a: ProxyArgs) -> Result<(), String> {
     };
     cfg.idle_exit = a.idle_exit.map(Duration::from_secs);
     cfg.instance_id = a.instance_id;
+    cfg.timeouts.header = Duration::from_millis(a.header_timeout_ms);
     cfg.admin_token = a.admin_token;
     cfg.controller = a.controller;
     cfg.controller_token = a.controller_token;
