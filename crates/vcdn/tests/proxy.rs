@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use support::*;
-use vcdn_accel::wire::{self, Framing, HopHeader, Kind};
+use vcdn_accel::wire::{Framing, HopHeader, Kind};
 
 const KEY: &str = "hop-key-0123456789abcdef0123456789";
 
