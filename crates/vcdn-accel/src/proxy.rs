@@ -80,6 +80,9 @@ pub struct ProxyConfig {
     pub max_body: u64,
     /// How long a failed hop is skipped by new requests.
     pub down_for: Duration,
+    /// Set `net.ipv4.tcp_slow_start_after_idle=0` at start (it is per
+    /// network namespace: in the host's own namespace it changes the host).
+    pub tune_sysctl: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -132,6 +135,7 @@ impl ProxyConfig {
             timeouts: Timeouts::default(),
             max_body: 1 << 30,
             down_for: Duration::from_secs(3),
+            tune_sysctl: true,
         }
     }
 }
@@ -295,15 +299,17 @@ fn tune_hop_socket(s: &TcpStream) {
     }
 }
 
-/// Tries to turn slow start after idle off (so pooled connections keep
-/// their window); returns the value in force.
-pub fn slow_start_after_idle_off() -> Option<u8> {
+/// Tries (if `set`) to turn slow start after idle off, so pooled
+/// connections keep their window; returns the value in force.
+pub fn slow_start_after_idle_off(set: bool) -> Option<u8> {
     const P: &str = "/proc/sys/net/ipv4/tcp_slow_start_after_idle";
-    let _ = std::fs::write(P, "0");
+    if set {
+        let _ = std::fs::write(P, "0");
+    }
     let v = std::fs::read_to_string(P).ok()?.trim().parse().ok();
-    if v != Some(0) {
+    if v != Some(0) && set {
         tracing::warn!(
-            "net.ipv4.tcp_slow_start_after_idle is {v:?}, not 0: idle pooled connections fall back to slow start; run `sysctl -w net.ipv4.tcp_slow_start_after_idle=0` in this proxy's network namespace"
+            "net.ipv4.tcp_slow_start_after_idle is not 0 and could not be set: idle pooled connections fall back to slow start; run `sysctl -w net.ipv4.tcp_slow_start_after_idle=0` in this proxy's network namespace"
         );
     }
     v
@@ -1352,7 +1358,7 @@ pub async fn start(
     }
     cfg.warm = cfg.warm.min(crate::pool::MAX_IDLE_PER_KEY);
     let mut proxy = Proxy::new(cfg)?;
-    proxy.slow_start_after_idle = slow_start_after_idle_off();
+    proxy.slow_start_after_idle = slow_start_after_idle_off(proxy.cfg.tune_sysctl);
     let proxy = Arc::new(proxy);
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let listen = listener.local_addr().map_err(|e| e.to_string())?;

@@ -65,6 +65,11 @@ pub struct ProxyArgs {
     /// Who this process is to the control plane (in /healthz and /stats).
     #[arg(long, env = "VCDN_INSTANCE_ID")]
     instance_id: Option<String>,
+    /// Leave net.ipv4.tcp_slow_start_after_idle alone (by default the proxy
+    /// sets it to 0 in its network namespace so pooled connections keep
+    /// their congestion window across idle).
+    #[arg(long)]
+    keep_sysctl: bool,
     /// A client's request head must arrive within this (408 otherwise).
     #[arg(long, default_value_t = 10_000, hide = true)]
     header_timeout_ms: u64,
@@ -113,6 +118,7 @@ pub fn run(a: ProxyArgs) -> Result<(), String> {
     };
     cfg.idle_exit = a.idle_exit.map(Duration::from_secs);
     cfg.instance_id = a.instance_id;
+    cfg.tune_sysctl = !a.keep_sysctl;
     cfg.timeouts.header = Duration::from_millis(a.header_timeout_ms);
     cfg.admin_token = a.admin_token;
     cfg.controller = a.controller;

@@ -34,6 +34,8 @@ fn proxy(name: &str, origin: SocketAddr, peers: &[(&str, SocketAddr)], extra: &[
         &o,
         "--hop-key",
         KEY,
+        // Tests run in the host's network namespace: leave its sysctl alone.
+        "--keep-sysctl",
     ];
     for p in &peer_args {
         args.extend_from_slice(&["--peer", p]);
@@ -366,6 +368,7 @@ async fn an_idle_proxy_exits_and_sockmap_is_refused_until_built_in() {
             "s",
             "--origin",
             "http://127.0.0.1:1",
+            "--keep-sysctl",
             "--relay",
             "sockmap",
         ])
