@@ -107,7 +107,7 @@ pub fn stats(p: &Proxy) -> Value {
         "name": p.cfg.name,
         "service": p.cfg.service,
         "requests": m.requests.load(Ordering::Relaxed),
-        "bytes": m.client_bytes_out.load(Ordering::Relaxed) + m.client_bytes_in.load(Ordering::Relaxed),
+        "bytes": m.client_bytes_out.load(Ordering::Relaxed),
         "cpu_seconds": cpu_seconds(),
         "uptime_s": p.started.elapsed().as_secs(),
         "hops": per_hop,

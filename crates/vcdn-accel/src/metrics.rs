@@ -55,7 +55,6 @@ pub struct Metrics {
     pub requests: AtomicU64,
     /// Bytes sent to clients (heads and bodies).
     pub client_bytes_out: AtomicU64,
-    pub client_bytes_in: AtomicU64,
     pub accepted_client: AtomicU64,
     pub accepted_hop: AtomicU64,
     pub hop_opened: AtomicU64,
