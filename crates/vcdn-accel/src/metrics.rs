@@ -120,11 +120,6 @@ impl Metrics {
             g(&self.client_bytes_out),
         );
         counter(
-            "vcdn_proxy_client_bytes_received_total",
-            "Request body bytes received from clients.",
-            g(&self.client_bytes_in),
-        );
-        counter(
             "vcdn_proxy_hop_connections_opened_total",
             "Hop connections this proxy opened to next hops.",
             g(&self.hop_opened),
