@@ -373,25 +373,26 @@ fn to_ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-/// A path length in lexicographic order: Σ RTT first, then hops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Dist {
-    sum: u64,
-    hops: u32,
+/// A path length packed for lexicographic order in one u64: Σ RTT (ns) in
+/// the high bits, hops in the low [`HOP_BITS`]. Sums stay below 2⁵³ ns
+/// and hops below 2¹¹ even for a candidate walk of 2n − 1 links of
+/// [`MAX_RTT_MS`], so adding two lengths never carries between the fields.
+type Dist = u64;
+const HOP_BITS: u32 = 11;
+const UNREACHED: Dist = u64::MAX;
+const _: () = assert!(2 * MAX_NODES <= 1 << HOP_BITS);
+const _: () = assert!((2 * MAX_NODES as u64) * (MAX_RTT_MS as u64 * 1_000_000) < 1 << 53);
+
+fn packed(sum_ns: u64, hops: u32) -> Dist {
+    sum_ns << HOP_BITS | hops as u64
 }
 
-const UNREACHED: Dist = Dist {
-    sum: u64::MAX,
-    hops: u32::MAX,
-};
+fn sum_of(d: Dist) -> u64 {
+    d >> HOP_BITS
+}
 
-impl Dist {
-    fn plus(self, o: Dist) -> Dist {
-        Dist {
-            sum: self.sum.saturating_add(o.sum),
-            hops: self.hops.saturating_add(o.hops),
-        }
-    }
+fn hops_of(d: Dist) -> u32 {
+    (d & ((1 << HOP_BITS) - 1)) as u32
 }
 
 /// One Pareto point as stored: objectives in ns and its path's place in
@@ -532,11 +533,15 @@ impl ChainTable {
         }
         links.sort_unstable();
 
+        // dist[i·n+j], and its transpose col[j·n+i] so that scanning a
+        // column is sequential too.
         let mut dist = vec![UNREACHED; n * n];
+        let mut col = vec![UNREACHED; n * n];
         // next[i·n+j]: the node after i on the current best path to j.
         let mut next = vec![u32::MAX; n * n];
         for i in 0..n {
-            dist[i * n + i] = Dist { sum: 0, hops: 0 };
+            dist[i * n + i] = 0;
+            col[i * n + i] = 0;
             next[i * n + i] = i as u32;
         }
         // Points as found, (pair, sum, max, start, len), in increasing max.
@@ -551,7 +556,7 @@ impl ChainTable {
             let end = g + links[g..].iter().take_while(|l| l.0 == b).count();
             group += 1;
             dirty.clear();
-            let hop = Dist { sum: b, hops: 1 };
+            let hop = packed(b, 1);
             for &(_, u, v) in &links[g..end] {
                 let (u, v) = (u as usize, v as usize);
                 if dist[u * n + v] <= hop {
@@ -559,35 +564,40 @@ impl ChainTable {
                 }
                 // Only sources that now reach v faster through u→v, and
                 // targets now reached faster from u, can improve.
-                sources.clear();
-                targets.clear();
-                for i in 0..n {
-                    let iu = dist[i * n + u];
-                    if iu != UNREACHED && iu.plus(hop) < dist[i * n + v] {
-                        sources.push(i);
-                    }
+                // Branch-free: whether a node qualifies is unpredictable.
+                // UNREACHED saturates and never qualifies.
+                sources.resize(n, 0);
+                targets.resize(n, 0);
+                let (to_u, to_v) = (&col[u * n..u * n + n], &col[v * n..v * n + n]);
+                let mut k = 0;
+                for (i, (&iu, &iv)) in to_u.iter().zip(to_v).enumerate() {
+                    sources[k] = i;
+                    k += usize::from(iu.saturating_add(hop) < iv);
                 }
-                for j in 0..n {
-                    let vj = dist[v * n + j];
-                    if vj != UNREACHED && hop.plus(vj) < dist[u * n + j] {
-                        targets.push(j);
-                    }
+                sources.truncate(k);
+                let (from_u, from_v) = (&dist[u * n..u * n + n], &dist[v * n..v * n + n]);
+                let mut k = 0;
+                for (j, (&uj, &vj)) in from_u.iter().zip(from_v).enumerate() {
+                    targets[k] = j;
+                    k += usize::from(vj.saturating_add(hop) < uj);
                 }
+                targets.truncate(k);
                 // dist[i][u] and dist[v][j] cannot change while u→v is
                 // inserted (a path using it to reach u or leave v has a
                 // cycle), so updating in place is safe.
                 for &i in &sources {
-                    let via = dist[i * n + u].plus(hop);
+                    let via = col[u * n + i] + hop;
                     let first = if i == u { v as u32 } else { next[i * n + u] };
                     for &j in &targets {
                         let ij = i * n + j;
-                        let cand = via.plus(dist[v * n + j]);
+                        let cand = via + dist[v * n + j];
                         if cand < dist[ij] {
-                            if cand.sum < dist[ij].sum && stamp[ij] != group {
+                            if sum_of(cand) < sum_of(dist[ij]) && stamp[ij] != group {
                                 stamp[ij] = group;
                                 dirty.push(ij);
                             }
                             dist[ij] = cand;
+                            col[j * n + i] = cand;
                             next[ij] = first;
                         }
                     }
@@ -608,7 +618,7 @@ impl ChainTable {
                     nodes.push(x as u32);
                 }
                 let len = nodes.len() as u32 - start;
-                found.push((ij as u32, dist[ij].sum, start, len, b));
+                found.push((ij as u32, sum_of(dist[ij]), start, len, b));
             }
             g = end;
         }
@@ -631,7 +641,7 @@ impl ChainTable {
         };
         let mut one_round = vec![empty; n * n];
         for (ij, d) in dist.iter().enumerate() {
-            if *d == UNREACHED || d.hops >= last_hops[ij] {
+            if *d == UNREACHED || hops_of(*d) >= last_hops[ij] {
                 continue;
             }
             let (s, t) = (ij / n, ij % n);
@@ -648,10 +658,10 @@ impl ChainTable {
                 x = y;
             }
             one_round[ij] = Point {
-                sum_ns: d.sum,
+                sum_ns: sum_of(*d),
                 max_ns,
                 start,
-                len: d.hops + 1,
+                len: hops_of(*d) + 1,
             };
         }
 
@@ -678,15 +688,20 @@ impl ChainTable {
 
         let r_max = MAX_ROUNDS as usize;
         let mut best = vec![0u32; n * n * r_max];
-        for pair in 0..n * n {
+        let mut key = [(u64::MAX, u32::MAX); MAX_ROUNDS as usize];
+        for (pair, choice) in best.chunks_exact_mut(r_max).enumerate() {
             let front = &points[fronts[pair] as usize..fronts[pair + 1] as usize];
-            for r in 1..=MAX_ROUNDS {
-                let pick = front
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, p)| (twice_time_ns(p, r), p.len, p.sum_ns))
-                    .map_or(0, |(k, _)| k as u32);
-                best[pair * r_max + r as usize - 1] = pick;
+            key.fill((u64::MAX, u32::MAX));
+            // Points come in decreasing Σ: on equal time and hops the later
+            // (shorter) one wins.
+            for (k, p) in front.iter().enumerate() {
+                for (r, (c, kk)) in choice.iter_mut().zip(key.iter_mut()).enumerate() {
+                    let t = twice_time_ns(p, r as u32 + 1);
+                    if (t, p.len) <= *kk {
+                        *kk = (t, p.len);
+                        *c = k as u32;
+                    }
+                }
             }
         }
         ChainTable(TableData {
@@ -781,9 +796,10 @@ impl ChainTable {
     }
 }
 
-/// 2·T in ns for r rounds: Σ + 2(r − 1)·max, exact.
-fn twice_time_ns(p: &Point, r: u32) -> u128 {
-    p.sum_ns as u128 + 2 * (r as u128 - 1) * p.max_ns as u128
+/// 2·T in ns for r ≤ MAX_ROUNDS rounds: Σ + 2(r − 1)·max, exact (Σ and
+/// max are below 2⁵³ ns, so this stays below 2⁶⁴).
+fn twice_time_ns(p: &Point, r: u32) -> u64 {
+    p.sum_ns + 2 * (r as u64 - 1) * p.max_ns
 }
 
 #[cfg(test)]
