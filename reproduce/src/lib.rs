@@ -4,8 +4,11 @@
 //!   Fig. 7, §V-A, Tables I and II); binary `lru-filter`.
 //! - [`irm`]: IRM simulation (seeded Zipf requests, the real
 //!   `vcdn_policy` admission filters, an O(1) LRU cache).
+//! - [`mosto`]: MOSTO's Fig. 3 and runtime claim (JSAC 2017, §V-A);
+//!   binary `mosto`.
 //! - [`svg`]: a tiny SVG line chart for the figures.
 
 pub mod irm;
 pub mod lru_filter;
+pub mod mosto;
 pub mod svg;

@@ -17,10 +17,14 @@
 //! - [`net`]: IP networks.
 //! - [`abr`]: a DASH player's bitrate adaptation and buffer target, as
 //!   the reference player (dash.js) decides them.
+//! - [`chains`]: MOSTO's split-TCP proxy chains: all-pairs Pareto fronts of
+//!   (Σ RTT, max RTT) and the best chain per transfer size, from an RTT
+//!   matrix.
 
 pub mod abr;
 pub mod admission;
 pub mod autoscale;
+pub mod chains;
 pub mod dimensioning;
 pub mod hashing;
 pub mod net;

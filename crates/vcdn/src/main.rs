@@ -11,6 +11,7 @@ use vcdn_cache::ctl;
 use vcdn_cache::CacheConfig;
 
 mod calibrate_cmd;
+mod chains_cmd;
 mod model_cmd;
 mod name_cmd;
 mod netem_cmd;
@@ -57,6 +58,9 @@ enum Cmd {
     /// Analytical models (optimal LRU filter size).
     #[command(subcommand)]
     Model(model_cmd::ModelCmd),
+    /// The proxy chain (MOSTO) for a transfer between two locations, from
+    /// an RTT matrix or a topology: JSON with the pair's Pareto front.
+    Chains(chains_cmd::ChainsArgs),
     /// Run the demo origin (synthetic objects and streams).
     Origin {
         #[arg(long, default_value = "127.0.0.1:9000", env = "VCDN_ORIGIN_LISTEN")]
@@ -276,6 +280,7 @@ fn main() -> ExitCode {
         Cmd::Customer(a) => service_cmd::run_customer(a),
         Cmd::Name(c) => name_cmd::run(c),
         Cmd::Model(c) => model_cmd::run(c),
+        Cmd::Chains(a) => chains_cmd::run(a),
         Cmd::Demo {
             listen,
             admin,
