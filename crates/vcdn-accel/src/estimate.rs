@@ -71,19 +71,11 @@ impl SizeEstimator {
     }
 }
 
-/// Slow-start rounds a transfer of `bytes` needs: initial window 10
-/// segments of 1460 bytes, doubling per round trip (MOSTO eq. 1). Unknown
-/// sizes count as large (`u32::MAX`).
+/// Slow-start rounds a transfer of `bytes` needs, by the one model the
+/// controller's tables are computed with (`vcdn_policy::chains::rounds`).
+/// Unknown sizes count as large (`u32::MAX`).
 pub fn rounds(bytes: Option<u64>) -> u32 {
-    let Some(b) = bytes else { return u32::MAX };
-    let segments = b.div_ceil(1460).max(1);
-    let mut r = 1;
-    let mut window_total = 10u64;
-    while window_total < segments {
-        r += 1;
-        window_total = 10 * ((1u64 << r) - 1);
-    }
-    r
+    bytes.map_or(u32::MAX, vcdn_policy::chains::rounds)
 }
 
 #[cfg(test)]
