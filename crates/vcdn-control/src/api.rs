@@ -334,6 +334,7 @@ fn service_view(c: &Control, s: &Service) -> Value {
         "created_at": s.created_at,
         "entry_point": entry_point(c, s),
         "graph": s.graph,
+        "acceleration": crate::accel::view(s, c.cfg.dns, c.cfg.instance_port),
         "load": c.load(&s.id),
         "qoe": c.qoe(&s.id),
         "usage": s.usage,
