@@ -275,7 +275,7 @@ impl Control {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn proxy(id: &str, loc: &str, addr: &str) -> Instance {
