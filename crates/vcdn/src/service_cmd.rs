@@ -658,3 +658,86 @@ pub fn run_customer(a: CustomerArgs) -> Result<(), String> {
     println!("{out}");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn show_prints_the_acceleration_entry_point_proxies_and_usage() {
+        let v = json!({
+            "name": "shop", "id": "s-1", "state": "active", "graph": {"regions": []},
+            "acceleration": {
+                "hostname": "dyn.shop.example", "paths": ["/api/"], "uncacheable": true,
+                "entry_point": {"url": "http://dyn.shop.example:8080/"},
+                "egress": "marseille",
+                "proxies": [
+                    {"id": "i-p1", "location": "paris", "roles": ["ingress"], "host": "paris-1",
+                     "address": "127.10.0.2:8080", "state": "running", "pid": 42},
+                    {"id": "i-p2", "location": "marseille", "roles": ["egress"], "host": "marseille-1",
+                     "address": "127.12.0.1:8080", "state": "running", "pid": 43}
+                ],
+                "usage": {"requests": 7, "bytes": 1000, "vcpu_seconds": 12.0, "cpu_seconds": 0.3}
+            }
+        });
+        let out = show(&v);
+        assert!(
+            out.contains("URL       http://dyn.shop.example:8080/"),
+            "{out}"
+        );
+        assert!(
+            out.contains("paths     /api/ + everything uncacheable"),
+            "{out}"
+        );
+        assert!(out.contains("egress    marseille"), "{out}");
+        assert!(
+            out.contains("usage     7 requests, 1000 bytes, 12 vCPU-s, 0.3 CPU-s"),
+            "{out}"
+        );
+        assert!(out.contains("paris      ingress  i-p1"), "{out}");
+        assert!(out.contains("marseille  egress   i-p2"), "{out}");
+        // Without acceleration, nothing more than before.
+        assert!(!show(&json!({"graph": {"regions": []}})).contains("acceleration"));
+    }
+
+    #[test]
+    fn create_takes_the_acceleration_flags() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(subcommand)]
+            cmd: ServiceCmd,
+        }
+        let t = T::try_parse_from([
+            "t",
+            "create",
+            "shop",
+            "--origin",
+            "http://o.example",
+            "--hostname",
+            "shop.example",
+            "--region",
+            "paris=10",
+            "--accelerate",
+            "/api/",
+            "--accelerate",
+            "/cart/",
+            "--accelerate-uncacheable",
+            "--accel-hostname",
+            "fast.shop.example",
+        ])
+        .unwrap();
+        let ServiceCmd::Create {
+            accelerate,
+            accelerate_uncacheable,
+            accel_hostname,
+            ..
+        } = t.cmd
+        else {
+            panic!("not create")
+        };
+        assert_eq!(accelerate, ["/api/", "/cart/"]);
+        assert!(accelerate_uncacheable);
+        assert_eq!(accel_hostname.as_deref(), Some("fast.shop.example"));
+    }
+}
