@@ -556,10 +556,16 @@ impl Control {
             .deploy_ms_total
             .fetch_add(ms as u64, Ordering::Relaxed);
         let n = s.graph.instances().count();
+        let proxies = s.graph.accel.as_ref().map_or(String::new(), |a| {
+            format!(
+                " ({} of them acceleration proxies, peers set)",
+                a.proxies.len()
+            )
+        });
         self.event(
             &s.id,
             "active",
-            &format!("{n} instances serving in {ms:.1} ms"),
+            &format!("{n} instances serving in {ms:.1} ms{proxies}"),
         )
         .await;
         Ok(s)

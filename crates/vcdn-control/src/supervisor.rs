@@ -232,15 +232,19 @@ impl Control {
                     tracing::warn!(service = %sid, error = %e, "router update failed");
                 }
             }
+            let what = match i.role {
+                Role::Cache => "instance",
+                Role::Proxy => "proxy",
+            };
             let detail = match ready {
                 Ok(()) => format!(
-                    "instance {} (pid {}) was gone; replaced by pid {} serving after {ms:.1} ms",
+                    "{what} {} (pid {}) was gone; replaced by pid {} serving after {ms:.1} ms",
                     i.id,
                     fmt_pid(old),
                     fmt_pid(i.pid)
                 ),
                 Err(e) => format!(
-                    "instance {} (pid {}) was gone; replacement not ready: {e}",
+                    "{what} {} (pid {}) was gone; replacement not ready: {e}",
                     i.id,
                     fmt_pid(old)
                 ),
