@@ -334,6 +334,7 @@ fn service_view(c: &Control, s: &Service) -> Value {
         "created_at": s.created_at,
         "entry_point": entry_point(c, s),
         "graph": s.graph,
+        "acceleration": crate::accel::view(s, c.cfg.dns, c.cfg.instance_port),
         "load": c.load(&s.id),
         "qoe": c.qoe(&s.id),
         "usage": s.usage,
@@ -718,4 +719,45 @@ async fn metrics(c: &Control, guard: &Guard) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The OpenAPI document describes every field of the acceleration
+    /// order and view, so a client generated from it can order one.
+    #[test]
+    fn the_openapi_document_describes_acceleration() {
+        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(
+            schemas["ServiceSpec"]["properties"]["acceleration"]["$ref"],
+            "#/components/schemas/AccelerationSpec"
+        );
+        let spec = json!(AccelerationSpec {
+            hostname: Some("d.example".into()),
+            warm: Some(1),
+            ..Default::default()
+        });
+        let described = &schemas["AccelerationSpec"]["properties"];
+        for field in spec.as_object().unwrap().keys() {
+            assert!(
+                described[field]["description"].is_string(),
+                "AccelerationSpec.{field} undescribed"
+            );
+        }
+        let s = crate::accel::tests::service(true);
+        let view = crate::accel::view(&s, None, 8080);
+        let described = &schemas["Service"]["properties"]["acceleration"]["properties"];
+        for field in view.as_object().unwrap().keys() {
+            assert!(
+                described.get(field).is_some(),
+                "acceleration.{field} undescribed"
+            );
+        }
+        for field in ["role", "location"] {
+            assert!(schemas["Instance"]["properties"].get(field).is_some());
+        }
+    }
 }

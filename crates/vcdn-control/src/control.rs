@@ -84,6 +84,8 @@ pub(crate) struct Runtime {
     pub(crate) trends: HashMap<String, Trend>,
     /// Last (requests, bytes) counters seen per instance.
     pub(crate) counters: HashMap<String, (u64, u64)>,
+    /// Last CPU seconds a proxy reported.
+    pub(crate) cpu: HashMap<String, f64>,
     /// Consecutive failed polls per instance.
     pub(crate) failures: HashMap<String, u32>,
     /// Load per region from the last poll.
@@ -231,17 +233,19 @@ impl Control {
             a.parse::<SocketAddr>()
                 .map_err(|e| ControlError::Invalid(format!("instance address {a}: {e}")))
         };
+        let (upstream, origin_policy) = crate::accel::cache_upstream(s, i);
         Ok(InstanceSpec {
             id: i.id.clone(),
             identity: i.identity(),
             listen: parse(&i.address)?,
             admin: parse(&i.admin)?,
             admin_token: self.instance_token.clone(),
-            upstream: s.spec.origin.clone(),
-            origin_policy: s.origin_policy.clone(),
+            upstream,
+            origin_policy,
             vcpus: i.vcpus,
             cpu_quota: i.vcpus as f64 * self.cfg.vcpu_share,
             memory_mib: i.memory_mib,
+            proxy: crate::accel::proxy_spec(s, i),
         })
     }
 
@@ -296,7 +300,7 @@ impl Control {
             })
             .collect();
         for s in services.values().filter(|s| s.state.live()) {
-            for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
+            for i in s.graph.instances() {
                 if let Some(v) = views.iter_mut().find(|v| v.host.name == i.host) {
                     v.used_vcpus += i.vcpus;
                     v.used_memory_mib += i.memory_mib;
@@ -316,10 +320,14 @@ impl Control {
             .values()
             .filter(|s| s.state.live())
             .filter(|s| {
-                s.graph.regions.iter().any(|r| {
-                    region.is_some_and(|n| r.region == n)
-                        || host.is_some_and(|h| r.instances.iter().any(|i| i.host == h))
-                })
+                s.graph
+                    .regions
+                    .iter()
+                    .any(|r| region.is_some_and(|n| r.region == n))
+                    || s.graph.instances().any(|i| {
+                        host.is_some_and(|h| i.host == h)
+                            || region.is_some_and(|n| i.location.as_deref() == Some(n))
+                    })
             })
             .map(|s| s.id.clone())
             .collect()
@@ -383,23 +391,25 @@ impl Control {
         };
         let regions = self.regions().await?;
         let hosts = self.hosts().await?;
+        let origin_ip = crate::accel::origin_address(&spec.origin).await;
         let mut services = self.services.lock().await;
-        let hostname = spec.hostname.trim_end_matches('.').to_ascii_lowercase();
-        if let Some(other) = services.values().find(|s| {
-            s.state.live()
-                && s.spec
-                    .hostname
-                    .trim_end_matches('.')
-                    .eq_ignore_ascii_case(&hostname)
-        }) {
-            return Err(ControlError::Conflict(if other.customer == customer {
-                format!(
-                    "hostname {hostname} is already served by your service {} ({})",
-                    other.spec.name, other.id
-                )
-            } else {
-                format!("hostname {hostname} is already taken")
-            }));
+        let accel_name = spec.acceleration.as_ref().and_then(|a| a.hostname.clone());
+        for hostname in std::iter::once(spec.hostname.trim_end_matches('.').to_ascii_lowercase())
+            .chain(accel_name)
+        {
+            if let Some(other) = services
+                .values()
+                .find(|s| s.state.live() && crate::accel::names(s).any(|n| n == hostname))
+            {
+                return Err(ControlError::Conflict(if other.customer == customer {
+                    format!(
+                        "hostname {hostname} is already served by your service {} ({})",
+                        other.spec.name, other.id
+                    )
+                } else {
+                    format!("hostname {hostname} is already taken")
+                }));
+            }
         }
         if let Some(other) = services
             .values()
@@ -421,6 +431,7 @@ impl Control {
                 model: &self.cfg.capacity,
                 instance_port: self.cfg.instance_port,
                 admin_port: self.cfg.admin_port,
+                origin_ip,
             },
             &mut || format!("i-{}", random_hex(5)),
             now,
@@ -428,13 +439,14 @@ impl Control {
         for i in graph.instances_mut() {
             i.nonce = random_hex(8);
         }
-        let planned_vcpus = graph
-            .regions
-            .iter()
-            .flat_map(|r| &r.instances)
-            .map(|i| i.vcpus)
-            .sum();
+        // Proxies are billed like caches: part of the plan's vCPUs.
+        let planned_vcpus = graph.instances().map(|i| i.vcpus).sum();
         crate::order::check_quota(&quota, customer, services.values(), planned_vcpus)?;
+        let hop_key = if graph.accel.is_some() {
+            random_hex(32)
+        } else {
+            String::new()
+        };
         let mut s = Service {
             id: format!("s-{}", random_hex(6)),
             customer: customer.to_string(),
@@ -453,6 +465,7 @@ impl Control {
             planned_vcpus,
             origin_policy,
             error: None,
+            hop_key,
         };
         let summary = s
             .graph
@@ -467,7 +480,8 @@ impl Control {
                 )
             })
             .collect::<Vec<_>>()
-            .join(", ");
+            .join(", ")
+            + &crate::accel::summary(&s.graph);
         // The intent (service, graph, instances with their addresses and
         // identities) is stored before any process starts: a control plane
         // that dies from here on finds the order at start and finishes it,
@@ -511,13 +525,11 @@ impl Control {
         t0: Instant,
     ) -> Result<Service, ControlError> {
         let s = self.find(id, None).await?;
-        let instances: Vec<Instance> = s
-            .graph
-            .regions
-            .iter()
-            .flat_map(|r| r.instances.iter().cloned())
-            .collect();
+        let instances: Vec<Instance> = s.graph.instances().cloned().collect();
         if let Err(e) = deployer::wait_ready(&instances, Duration::from_secs(5)).await {
+            return Err(self.fail(id, ControlError::Deploy(e)).await);
+        }
+        if let Err(e) = self.wire_proxies(&s).await {
             return Err(self.fail(id, ControlError::Deploy(e)).await);
         }
         if let Err(e) = self.cfg.router.put(&s).await {
@@ -543,16 +555,17 @@ impl Control {
         self.metrics
             .deploy_ms_total
             .fetch_add(ms as u64, Ordering::Relaxed);
-        let n = s
-            .graph
-            .regions
-            .iter()
-            .map(|r| r.instances.len())
-            .sum::<usize>();
+        let n = s.graph.instances().count();
+        let proxies = s.graph.accel.as_ref().map_or(String::new(), |a| {
+            format!(
+                " ({} of them acceleration proxies, peers set)",
+                a.proxies.len()
+            )
+        });
         self.event(
             &s.id,
             "active",
-            &format!("{n} instances serving in {ms:.1} ms"),
+            &format!("{n} instances serving in {ms:.1} ms{proxies}"),
         )
         .await;
         Ok(s)
@@ -591,15 +604,8 @@ impl Control {
             i.pid = None;
         }
         let after = s.clone();
-        self.stop_instances(
-            before
-                .graph
-                .regions
-                .iter()
-                .flat_map(|r| r.instances.clone())
-                .collect(),
-        )
-        .await;
+        self.stop_instances(before.graph.instances().cloned().collect())
+            .await;
         drop(services);
         self.persist(&after).await;
         self.runtime.lock().remove(id);
@@ -644,12 +650,7 @@ impl Control {
             self.store.put("service", &s.id, &deleting).await?;
             *live = deleting;
         }
-        let n = s
-            .graph
-            .regions
-            .iter()
-            .map(|r| r.instances.len())
-            .sum::<usize>();
+        let n = s.graph.instances().count();
         self.end(&s.id, ServiceState::Deleted, None).await;
         self.event(
             &s.id,

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use vcdn_router::config::{CacheEndpoint, ServiceConfig, ServiceRegion};
+use vcdn_router::config::{AccelConfig, CacheEndpoint, ServiceConfig, ServiceRegion};
 
 use crate::types::{Instance, Service, ServiceState};
 
@@ -84,9 +84,46 @@ impl RouterLink {
     }
 }
 
+/// An instance as the router lists it: where users reach it and its admin
+/// address (whose `/healthz` the router polls).
+fn endpoint(i: &Instance) -> Option<CacheEndpoint> {
+    Some(CacheEndpoint {
+        address: i.address.parse().ok()?,
+        admin: i.admin.parse().ok(),
+        max_connections: None,
+    })
+}
+
 /// The router's record of a service: per region, its caches with their
-/// admin addresses (whose `/healthz` the router polls).
+/// admin addresses (whose `/healthz` the router polls); for an accelerated
+/// service also its acceleration hostname, path prefixes and the ingress
+/// proxy of every region (answered and redirected to like caches).
 pub fn router_service(s: &Service) -> ServiceConfig {
+    let up = s.state != ServiceState::Failed;
+    let accel = s.graph.accel.as_ref().map(|a| AccelConfig {
+        hostname: a.hostname.clone(),
+        paths: s
+            .spec
+            .acceleration
+            .as_ref()
+            .map(|x| x.paths.clone())
+            .unwrap_or_default(),
+        regions: s
+            .graph
+            .regions
+            .iter()
+            .map(|r| ServiceRegion {
+                region: r.region.clone(),
+                caches: s
+                    .graph
+                    .ingress(&r.region)
+                    .filter(|p| up && p.serving())
+                    .and_then(endpoint)
+                    .into_iter()
+                    .collect(),
+            })
+            .collect(),
+    });
     ServiceConfig {
         name: s.id.clone(),
         hostname: s.spec.hostname.trim_end_matches('.').to_ascii_lowercase(),
@@ -103,20 +140,24 @@ pub fn router_service(s: &Service) -> ServiceConfig {
                     r.instances
                         .iter()
                         .filter(|i| i.serving())
-                        .filter_map(|i| {
-                            Some(CacheEndpoint {
-                                address: i.address.parse().ok()?,
-                                admin: i.admin.parse().ok(),
-                                max_connections: None,
-                            })
-                        })
+                        .filter_map(endpoint)
                         .collect()
                 },
             })
             .collect(),
         admission: Default::default(),
         template: None,
+        accel,
     }
+}
+
+/// The instance identity a `/healthz` or `/stats` answer claims: caches
+/// say `instance_id`, proxies `instance` (either is accepted from both).
+pub fn claimed_identity(v: &serde_json::Value) -> &str {
+    v["instance_id"]
+        .as_str()
+        .or_else(|| v["instance"].as_str())
+        .unwrap_or("")
 }
 
 /// Polls each instance's `/healthz` until all answer 200 with their own
@@ -151,7 +192,7 @@ pub async fn wait_ready(instances: &[Instance], limit: Duration) -> Result<(), S
                 if r.status() == 200 {
                     let v: serde_json::Value =
                         serde_json::from_slice(&r.body).unwrap_or_default();
-                    let who = v["instance_id"].as_str().unwrap_or("");
+                    let who = claimed_identity(&v);
                     if who == identity {
                         return Ok(());
                     }

@@ -10,6 +10,7 @@
 //!
 //! [`up`] starts everything on one host with embedded defaults.
 
+pub mod accel;
 pub mod api;
 pub mod control;
 pub mod defaults;

@@ -195,7 +195,7 @@ pub(crate) fn check_quota<'a>(
     }
     let held: u64 = mine
         .iter()
-        .flat_map(|s| s.graph.regions.iter().flat_map(|r| &r.instances))
+        .flat_map(|s| s.graph.instances())
         .map(|i| u64::from(i.vcpus))
         .sum();
     if held + u64::from(vcpus) > u64::from(quota.max_vcpus) {

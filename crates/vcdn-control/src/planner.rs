@@ -3,7 +3,7 @@
 //! hosts (placement) → the service graph, or the reason it cannot be met.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use vcdn_model::capacity::CapacityModel;
 use vcdn_policy::dimensioning::{self, Demand, Quality};
@@ -158,15 +158,26 @@ impl FlavorPlugin for ElasticFlavor {
 
 /// The hosts of a region with what live services hold of them.
 pub fn free_hosts(hosts: &[Host], services: &[Service], region: &str) -> Vec<(Host, HostFree)> {
+    free_hosts_besides(hosts, services, &[], region)
+}
+
+/// [`free_hosts`] when `extra` instances (planned, not yet recorded) hold
+/// capacity too.
+fn free_hosts_besides(
+    hosts: &[Host],
+    services: &[Service],
+    extra: &[Instance],
+    region: &str,
+) -> Vec<(Host, HostFree)> {
     let mut used: HashMap<&str, (u32, u64)> = HashMap::new();
-    for s in services.iter().filter(|s| s.state.live()) {
-        for r in &s.graph.regions {
-            for i in &r.instances {
-                let e = used.entry(i.host.as_str()).or_default();
-                e.0 += i.vcpus;
-                e.1 += i.memory_mib;
-            }
-        }
+    let live = services
+        .iter()
+        .filter(|s| s.state.live())
+        .flat_map(|s| s.graph.instances());
+    for i in live.chain(extra) {
+        let e = used.entry(i.host.as_str()).or_default();
+        e.0 += i.vcpus;
+        e.1 += i.memory_mib;
     }
     hosts
         .iter()
@@ -189,7 +200,7 @@ pub fn used_addresses(services: &[Service]) -> HashSet<Ipv4Addr> {
     services
         .iter()
         .filter(|s| s.state.live())
-        .flat_map(|s| s.graph.regions.iter().flat_map(|r| r.instances.iter()))
+        .flat_map(|s| s.graph.instances())
         .filter_map(|i| i.address.parse::<SocketAddr>().ok())
         .filter_map(|a| match a.ip() {
             std::net::IpAddr::V4(v) => Some(v),
@@ -223,6 +234,133 @@ pub struct PlanInput<'a> {
     pub model: &'a CapacityModel,
     pub instance_port: u16,
     pub admin_port: u16,
+    /// An address the origin's name resolves to (where its egress proxy
+    /// goes), if known.
+    pub origin_ip: Option<IpAddr>,
+}
+
+/// What every acceleration proxy gets: one vCPU (a relay is one busy
+/// thread moving bytes in the kernel) and little memory (it stores
+/// nothing). A fixed shape rather than the flavor's, whose memory is sized
+/// for a cache's object store.
+pub const PROXY_SHAPE: Shape = Shape {
+    vcpus: 1,
+    memory_mib: 256,
+};
+
+/// Where a service's egress proxy goes, next to its origin:
+/// 1. the catalog region whose `clients` ranges contain the origin's
+///    address, if the flavor is offered there (it need not be ordered);
+/// 2. else, when that region is known but not offered, the ordered region
+///    nearest to it by coordinates;
+/// 3. else the first ordered region.
+pub fn egress_region<'a>(
+    origin_ip: Option<IpAddr>,
+    regions: &'a [Region],
+    ordered: &[&'a str],
+    allowed: &[String],
+) -> Option<&'a str> {
+    let offered = |r: &str| allowed.is_empty() || allowed.iter().any(|a| a == r);
+    let home = origin_ip.and_then(|ip| {
+        regions.iter().find(|r| {
+            r.clients.iter().any(|c| {
+                c.parse::<vcdn_policy::net::Cidr>()
+                    .is_ok_and(|c| c.contains(ip))
+            })
+        })
+    });
+    if let Some(h) = home {
+        if offered(&h.name) {
+            return Some(h.name.as_str());
+        }
+        let coords = |r: &Region| r.lat.zip(r.lon);
+        if let Some(at) = coords(h) {
+            let nearest = ordered
+                .iter()
+                .filter_map(|o| regions.iter().find(|r| r.name == *o))
+                .filter_map(|r| coords(r).map(|c| (distance_km(at, c), r.name.as_str())))
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some((_, n)) = nearest {
+                return Some(n);
+            }
+        }
+    }
+    ordered.first().copied()
+}
+
+/// Great-circle distance between two (lat, lon) points in degrees.
+fn distance_km(a: (f64, f64), b: (f64, f64)) -> f64 {
+    let (la1, lo1, la2, lo2) = (
+        a.0.to_radians(),
+        a.1.to_radians(),
+        b.0.to_radians(),
+        b.1.to_radians(),
+    );
+    let h = ((la2 - la1) / 2.0).sin().powi(2)
+        + la1.cos() * la2.cos() * ((lo2 - lo1) / 2.0).sin().powi(2);
+    2.0 * 6371.0 * h.sqrt().min(1.0).asin()
+}
+
+/// The proxies of an accelerated order: one per ordered region (its
+/// ingress) and one in the egress region (the same one where they
+/// coincide), placed on hosts like caches, after the caches `graph` holds.
+fn plan_accel(
+    inp: &PlanInput,
+    fleet: &Fleet,
+    graph: &ServiceGraph,
+    new_id: &mut dyn FnMut() -> String,
+    now: u64,
+) -> Result<Option<AccelGraph>, PlanError> {
+    let Some(a) = &inp.spec.acceleration else {
+        return Ok(None);
+    };
+    let t = &inp.flavor.template;
+    let ordered: Vec<&str> = inp.spec.regions.iter().map(|d| d.region.as_str()).collect();
+    let egress = egress_region(inp.origin_ip, inp.regions, &ordered, &t.allowed_regions)
+        .ok_or_else(|| PlanError::Invalid("regions: name at least one region".into()))?;
+    let mut locations = ordered.clone();
+    if !locations.contains(&egress) {
+        locations.push(egress);
+    }
+    let mut placed: Vec<Instance> = graph.instances().cloned().collect();
+    let mut proxies = Vec::new();
+    let mut shortages = Vec::new();
+    for loc in locations {
+        let region = inp
+            .regions
+            .iter()
+            .find(|r| r.name == loc)
+            .ok_or_else(|| PlanError::Invalid(format!("unknown region {loc}")))?;
+        match place_in(
+            fleet,
+            region,
+            PROXY_SHAPE,
+            t.placement,
+            1,
+            &placed,
+            new_id,
+            now,
+        ) {
+            Err(PlanError::NoCapacity(why)) => shortages.push(format!("acceleration proxy: {why}")),
+            Err(e) => return Err(e),
+            Ok(mut got) => {
+                for p in &mut got {
+                    p.role = Role::Proxy;
+                    p.location = Some(loc.to_string());
+                }
+                placed.extend(got.iter().cloned());
+                proxies.extend(got);
+            }
+        }
+    }
+    if !shortages.is_empty() {
+        return Err(PlanError::NoCapacity(shortages.join("; ")));
+    }
+    Ok(Some(AccelGraph {
+        hostname: a.hostname.clone().unwrap_or_default(),
+        egress: egress.to_string(),
+        proxies,
+    }))
 }
 
 /// Plans a whole service; all regions or nothing.
@@ -287,6 +425,7 @@ pub fn plan(
     if !shortages.is_empty() {
         return Err(PlanError::NoCapacity(shortages.join("; ")));
     }
+    graph.accel = plan_accel(inp, &fleet, &graph, new_id, now)?;
     Ok(graph)
 }
 
@@ -308,19 +447,44 @@ pub fn place_more(
     new_id: &mut dyn FnMut() -> String,
     now: u64,
 ) -> Result<Vec<Instance>, PlanError> {
-    let hosts = free_hosts(fleet.hosts, fleet.services, &region.name);
-    let free: Vec<HostFree> = hosts.iter().map(|(_, f)| f.clone()).collect();
     let shape = Shape {
         vcpus: t.vcpus_per_instance,
         memory_mib: t.memory_mib_per_instance,
     };
-    let picks = placement::place(count as usize, shape, &free, t.placement).map_err(|s| {
+    place_in(fleet, region, shape, t.placement, count, &[], new_id, now)
+}
+
+/// `count` instances of `shape` on the region's hosts, besides what live
+/// services and `extra` (planned, not yet recorded) hold.
+#[allow(clippy::too_many_arguments)]
+fn place_in(
+    fleet: &Fleet,
+    region: &Region,
+    shape: Shape,
+    strategy: placement::Strategy,
+    count: u32,
+    extra: &[Instance],
+    new_id: &mut dyn FnMut() -> String,
+    now: u64,
+) -> Result<Vec<Instance>, PlanError> {
+    let hosts = free_hosts_besides(fleet.hosts, fleet.services, extra, &region.name);
+    let free: Vec<HostFree> = hosts.iter().map(|(_, f)| f.clone()).collect();
+    let picks = placement::place(count as usize, shape, &free, strategy).map_err(|s| {
         PlanError::NoCapacity(format!(
             "region {} lacks {} vCPUs and {} MiB ({s})",
             region.name, s.missing_vcpus, s.missing_memory_mib
         ))
     })?;
     let mut used = used_addresses(fleet.services);
+    used.extend(
+        extra
+            .iter()
+            .filter_map(|i| i.address.parse::<SocketAddr>().ok())
+            .filter_map(|a| match a.ip() {
+                IpAddr::V4(v) => Some(v),
+                _ => None,
+            }),
+    );
     picks
         .into_iter()
         .map(|h| {
@@ -340,6 +504,8 @@ pub fn place_more(
                 cpu_limit: String::new(),
                 started_at: now,
                 nonce: String::new(),
+                role: Role::Cache,
+                location: None,
             })
         })
         .collect()
@@ -373,6 +539,7 @@ mod tests {
                 ..Default::default()
             },
             lease: LeaseSpec::default(),
+            acceleration: None,
         }
     }
 
@@ -384,6 +551,15 @@ mod tests {
         spec: &ServiceSpec,
         services: &[Service],
         hosts: &[Host],
+    ) -> Result<ServiceGraph, PlanError> {
+        run_full(spec, services, hosts, None)
+    }
+
+    fn run_full(
+        spec: &ServiceSpec,
+        services: &[Service],
+        hosts: &[Host],
+        origin_ip: Option<IpAddr>,
     ) -> Result<ServiceGraph, PlanError> {
         let d = Defaults::embedded();
         let flavor = d.flavors.iter().find(|f| f.name == spec.flavor).unwrap();
@@ -399,6 +575,7 @@ mod tests {
                 model: &model,
                 instance_port: 8080,
                 admin_port: 9080,
+                origin_ip,
             },
             &mut || {
                 n += 1;
@@ -444,6 +621,144 @@ mod tests {
         let mut s = spec(10);
         s.quality.response_ms = Some(50.0);
         assert!(matches!(run(&s, &[]), Err(PlanError::Invalid(_))));
+    }
+
+    fn accelerated(users: u64) -> ServiceSpec {
+        let mut s = spec(users);
+        s.acceleration = Some(AccelerationSpec {
+            paths: vec!["/api/".into()],
+            hostname: Some("dyn.video.demo.example".into()),
+            ..Default::default()
+        });
+        s
+    }
+
+    #[test]
+    fn an_accelerated_order_gets_an_ingress_per_region_and_an_egress_by_the_origin() {
+        // The origin is a Marseille address (127.3.0.0/16 are Marseille's
+        // clients): Paris and Lyon get ingresses, Marseille the egress.
+        let g = run_full(
+            &accelerated(500),
+            &[],
+            &Defaults::embedded().hosts,
+            Some("127.3.0.9".parse().unwrap()),
+        )
+        .unwrap();
+        let a = g.accel.as_ref().unwrap();
+        assert_eq!(a.egress, "marseille");
+        let locs: Vec<&str> = a
+            .proxies
+            .iter()
+            .map(|p| p.location.as_deref().unwrap())
+            .collect();
+        assert_eq!(locs, ["paris", "lyon", "marseille"]);
+        assert!(a.proxies.iter().all(|p| p.role == Role::Proxy
+            && p.vcpus == PROXY_SHAPE.vcpus
+            && p.memory_mib == PROXY_SHAPE.memory_mib));
+        // On the region's hosts and addresses, next to its caches, not on
+        // their addresses.
+        assert_eq!(a.proxies[0].address, "127.10.0.2:8080");
+        assert!(a.proxies[0].host.starts_with("paris-"));
+        assert_eq!(a.proxies[2].address, "127.12.0.1:8080");
+        assert_eq!(g.ingress("paris").unwrap().id, a.proxies[0].id);
+        assert!(g.ingress("marseille").is_none(), "not ordered: no ingress");
+        assert!(g
+            .regions
+            .iter()
+            .all(|r| r.instances.iter().all(|i| i.role == Role::Cache)));
+        // Where the origin is in an ordered region, one proxy is both.
+        let g = run_full(
+            &accelerated(500),
+            &[],
+            &Defaults::embedded().hosts,
+            Some("127.2.0.9".parse().unwrap()),
+        )
+        .unwrap();
+        let a = g.accel.unwrap();
+        assert_eq!((a.egress.as_str(), a.proxies.len()), ("lyon", 2));
+        // An origin in no region: the first ordered region.
+        let g = run(&accelerated(500), &[]).unwrap();
+        assert_eq!(g.accel.unwrap().egress, "paris");
+        // Without acceleration, no proxies.
+        assert!(run(&spec(500), &[]).unwrap().accel.is_none());
+    }
+
+    #[test]
+    fn the_egress_falls_back_to_the_nearest_ordered_region_where_the_flavor_is_not_offered() {
+        let d = Defaults::embedded();
+        let ordered = ["paris", "lyon"];
+        let ip = Some("127.3.0.9".parse().unwrap());
+        assert_eq!(
+            egress_region(ip, &d.regions, &ordered, &[]),
+            Some("marseille")
+        );
+        // Marseille is nearer Lyon than Paris.
+        let allowed = vec!["paris".to_string(), "lyon".to_string()];
+        assert_eq!(
+            egress_region(ip, &d.regions, &ordered, &allowed),
+            Some("lyon")
+        );
+        assert_eq!(
+            egress_region(None, &d.regions, &ordered, &allowed),
+            Some("paris")
+        );
+        assert_eq!(egress_region(None, &d.regions, &[], &[]), None);
+    }
+
+    #[test]
+    fn proxies_count_against_host_capacity_and_a_shortfall_is_refused_whole() {
+        // Paris has one 4-vCPU host; the ingress proxy takes 1 vCPU of it
+        // besides the cache.
+        let one_host: Vec<Host> = Defaults::embedded()
+            .hosts
+            .into_iter()
+            .filter(|h| h.name != "paris-2")
+            .collect();
+        let mut s = accelerated(500);
+        s.regions.truncate(1);
+        let g = run_on(&s, &[], &one_host).unwrap();
+        let held: u32 = g
+            .instances()
+            .filter(|i| i.host == "paris-1")
+            .map(|i| i.vcpus)
+            .sum();
+        assert_eq!(held, g.instances().map(|i| i.vcpus).sum::<u32>());
+        let cache = g.regions[0].instances[0].vcpus;
+        assert_eq!(held, cache + PROXY_SHAPE.vcpus);
+        // Another service holds the rest: the cache still fits, its proxy
+        // does not.
+        let mut blocker = g.regions[0].instances[0].clone();
+        blocker.vcpus = 4 - cache;
+        blocker.address = "127.10.0.200:8080".into();
+        let other = Service {
+            id: "s-other".into(),
+            customer: "x".into(),
+            spec: spec(1),
+            state: ServiceState::Active,
+            created_at: 0,
+            lease_start: 0,
+            lease_end: 1,
+            graph: ServiceGraph {
+                regions: vec![RegionGraph {
+                    region: "paris".into(),
+                    vcpus_needed: 0.0,
+                    per_instance: 0.0,
+                    instances: vec![blocker],
+                }],
+                accel: None,
+            },
+            usage: Usage::default(),
+            pricing: Defaults::embedded().flavors[0].pricing.clone(),
+            planned_vcpus: 0,
+            origin_policy: String::new(),
+            error: None,
+            hop_key: String::new(),
+        };
+        let e = run_on(&s, &[other], &one_host).unwrap_err();
+        assert!(
+            matches!(&e, PlanError::NoCapacity(w) if w.contains("acceleration proxy: region paris lacks 1 vCPUs")),
+            "{e:?}"
+        );
     }
 
     #[test]

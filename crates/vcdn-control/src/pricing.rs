@@ -87,6 +87,7 @@ mod tests {
                 regions: vec![],
                 quality: QualitySpec::default(),
                 lease: LeaseSpec::default(),
+                acceleration: None,
             },
             state: ServiceState::Active,
             created_at: 0,
@@ -97,6 +98,7 @@ mod tests {
                 vcpu_seconds: 3.0 * 3600.0,
                 requests: 2_000_000,
                 bytes: 5_000_000_000,
+                accel: AccelUsage::default(),
             },
             pricing: Pricing {
                 scheme,
@@ -108,6 +110,7 @@ mod tests {
             planned_vcpus: 2,
             origin_policy: String::new(),
             error: None,
+            hop_key: String::new(),
         }
     }
 

@@ -221,19 +221,30 @@ impl Control {
             let ms = t0.elapsed().as_secs_f64() * 1000.0;
             self.settle(&sid).await;
             if let Ok(s) = self.find(&sid, None).await {
+                if i.role == Role::Proxy && ready.is_ok() {
+                    // A new process knows its peers from its flags, but
+                    // not the chain table the others were pushed.
+                    if let Err(e) = self.wire_proxies(&s).await {
+                        tracing::warn!(service = %sid, error = %e, "cannot wire the proxies");
+                    }
+                }
                 if let Err(e) = self.cfg.router.put(&s).await {
                     tracing::warn!(service = %sid, error = %e, "router update failed");
                 }
             }
+            let what = match i.role {
+                Role::Cache => "instance",
+                Role::Proxy => "proxy",
+            };
             let detail = match ready {
                 Ok(()) => format!(
-                    "instance {} (pid {}) was gone; replaced by pid {} serving after {ms:.1} ms",
+                    "{what} {} (pid {}) was gone; replaced by pid {} serving after {ms:.1} ms",
                     i.id,
                     fmt_pid(old),
                     fmt_pid(i.pid)
                 ),
                 Err(e) => format!(
-                    "instance {} (pid {}) was gone; replacement not ready: {e}",
+                    "{what} {} (pid {}) was gone; replacement not ready: {e}",
                     i.id,
                     fmt_pid(old)
                 ),
@@ -262,7 +273,7 @@ impl Control {
             Err(_) => return,
         };
         let mut ready = HashMap::new();
-        for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
+        for i in s.graph.instances() {
             ready.insert(
                 i.id.clone(),
                 deployer::wait_ready(std::slice::from_ref(i), Duration::from_millis(300))
@@ -391,7 +402,7 @@ impl Control {
                         .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
                         // Another process on its address is not it: its
                         // counters are not this instance's usage.
-                        .filter(|v| v["instance_id"].as_str() == Some(i.identity().as_str())),
+                        .filter(|v| deployer::claimed_identity(v) == i.identity()),
                         Err(_) => None,
                     };
                     let mut rt = self.runtime.lock();
@@ -444,6 +455,7 @@ impl Control {
                     *loads.entry(r.region.clone()).or_default() += load;
                 }
             }
+            self.observe_proxies(&s, dt, &mut usage, &mut hung).await;
             {
                 let mut rt = self.runtime.lock();
                 rt.entry(s.id.clone()).or_default().load = loads.clone();
@@ -454,6 +466,11 @@ impl Control {
                     live.usage.vcpu_seconds += usage.vcpu_seconds;
                     live.usage.requests += usage.requests;
                     live.usage.bytes += usage.bytes;
+                    let (a, b) = (&mut live.usage.accel, &usage.accel);
+                    a.vcpu_seconds += b.vcpu_seconds;
+                    a.requests += b.requests;
+                    a.bytes += b.bytes;
+                    a.cpu_seconds += b.cpu_seconds;
                     let snap = live.clone();
                     drop(all);
                     self.persist(&snap).await;
@@ -475,6 +492,76 @@ impl Control {
                 .await;
             }
             self.autoscale(&s, &loads).await;
+        }
+    }
+
+    /// Polls a service's proxies' `/stats` like the caches': their
+    /// vCPU-time, requests and bytes are added to `usage` (and to its
+    /// acceleration share), counters that went down mean a restarted
+    /// process (its new count is all new); one that stops answering is
+    /// taken for hung like a cache. Proxies carry no autoscaled load.
+    async fn observe_proxies(
+        &self,
+        s: &Service,
+        dt: Duration,
+        usage: &mut Usage,
+        hung: &mut Vec<Instance>,
+    ) {
+        let Some(a) = &s.graph.accel else {
+            return;
+        };
+        let auth = format!("Bearer {}", self.instance_token);
+        for i in &a.proxies {
+            let vcpu_s = i.vcpus as f64 * dt.as_secs_f64();
+            usage.vcpu_seconds += vcpu_s;
+            usage.accel.vcpu_seconds += vcpu_s;
+            let stats = match i.admin.parse::<SocketAddr>() {
+                Ok(addr) => vcdn_http::client::request(
+                    addr,
+                    "GET",
+                    "/stats",
+                    &[("Authorization", &auth)],
+                    b"",
+                    Duration::from_secs(1),
+                )
+                .await
+                .ok()
+                .filter(|r| r.status() == 200)
+                .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+                // Only the instance's own counters (proxies may omit
+                // their identity in /stats; /healthz proved it).
+                .filter(|v| {
+                    let who = deployer::claimed_identity(v);
+                    who.is_empty() || who == i.identity()
+                }),
+                Err(_) => None,
+            };
+            let mut rt = self.runtime.lock();
+            let rt = rt.entry(s.id.clone()).or_default();
+            let Some(v) = stats else {
+                let f = rt.failures.entry(i.id.clone()).or_default();
+                *f += 1;
+                if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
+                    hung.push(i.clone());
+                    *f = 0;
+                }
+                continue;
+            };
+            rt.failures.remove(&i.id);
+            let (requests, bytes, cpu) = crate::accel::proxy_counters(&v);
+            let (lr, lb) = rt
+                .counters
+                .insert(i.id.clone(), (requests, bytes))
+                .unwrap_or((0, 0));
+            let lc = rt.cpu.insert(i.id.clone(), cpu).unwrap_or(0.0);
+            let since = |now: u64, last: u64| if now >= last { now - last } else { now };
+            let (dr, db) = (since(requests, lr), since(bytes, lb));
+            let dc = if cpu >= lc { cpu - lc } else { cpu };
+            usage.requests += dr;
+            usage.bytes += db;
+            usage.accel.requests += dr;
+            usage.accel.bytes += db;
+            usage.accel.cpu_seconds += dc;
         }
     }
 
@@ -837,9 +924,7 @@ impl Control {
                 })
                 .flat_map(|s| {
                     s.graph
-                        .regions
-                        .iter()
-                        .flat_map(|r| &r.instances)
+                        .instances()
                         .filter(|i| !i.nonce.is_empty())
                         .map(|i| (i.identity(), (s.id.clone(), i.id.clone())))
                 })
@@ -882,13 +967,7 @@ impl Control {
             let n = self
                 .end(&id, ServiceState::Deleted, None)
                 .await
-                .map_or(0, |s| {
-                    s.graph
-                        .regions
-                        .iter()
-                        .map(|r| r.instances.len())
-                        .sum::<usize>()
-                });
+                .map_or(0, |s| s.graph.instances().count());
             self.event(
                 &id,
                 "deleted",
@@ -922,7 +1001,7 @@ impl Control {
             };
             let resumed = s.state == ServiceState::Deploying;
             let mut adopted = Vec::new();
-            for i in s.graph.regions.iter().flat_map(|r| &r.instances) {
+            for i in s.graph.instances() {
                 let Some(&pid) = found.get(&i.identity()) else {
                     continue;
                 };
@@ -970,6 +1049,9 @@ impl Control {
                 Ok(s) => s,
                 Err(_) => continue,
             };
+            if let Err(e) = self.wire_proxies(&s).await {
+                tracing::error!(service = %id, error = %e, "cannot wire the proxies");
+            }
             if let Err(e) = self.cfg.router.put(&s).await {
                 tracing::error!(service = %id, error = %e, "cannot configure the router");
             }

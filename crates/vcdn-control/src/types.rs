@@ -159,6 +159,34 @@ pub struct ServiceSpec {
     pub quality: QualitySpec,
     #[serde(default)]
     pub lease: LeaseSpec,
+    /// Dynamic-content acceleration (split-TCP proxy chains); none when
+    /// absent, so orders and services from before it load unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceleration: Option<AccelerationSpec>,
+}
+
+/// What of a service's content rides proxy chains instead of going to the
+/// origin over one long TCP connection: path prefixes (clients reach the
+/// region's ingress proxy under [`AccelerationSpec::hostname`]), and/or
+/// everything the caches do not answer themselves (their misses and
+/// passes go to the origin through the region's ingress).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AccelerationSpec {
+    /// Path prefixes to accelerate, each starting with `/`.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Also what the caches fetch from the origin (misses, passes,
+    /// `no-store` answers): their upstream becomes the region's ingress.
+    #[serde(default)]
+    pub uncacheable: bool,
+    /// The name clients of the accelerated paths resolve; default `dyn.`
+    /// and the service's hostname.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// Warm pre-opened connections each proxy keeps per next hop.
+    #[serde(default)]
+    pub warm: Option<u32>,
 }
 
 /// Peak demand in one region.
@@ -263,19 +291,60 @@ pub struct Service {
     /// Why the service failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The key its proxies authenticate chain hops with: random per
+    /// service, made at order time, never shown by the API.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hop_key: String,
 }
 
 /// The service instance graph: instances per region, on hosts.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct ServiceGraph {
     pub regions: Vec<RegionGraph>,
+    /// The acceleration proxies, when ordered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accel: Option<AccelGraph>,
 }
 
 impl ServiceGraph {
-    /// Every instance of every region, to change.
+    /// Every instance (caches of every region, then proxies), to change.
     pub fn instances_mut(&mut self) -> impl Iterator<Item = &mut Instance> {
-        self.regions.iter_mut().flat_map(|r| r.instances.iter_mut())
+        self.regions
+            .iter_mut()
+            .flat_map(|r| r.instances.iter_mut())
+            .chain(self.accel.iter_mut().flat_map(|a| a.proxies.iter_mut()))
     }
+
+    /// Every instance: caches of every region, then proxies.
+    pub fn instances(&self) -> impl Iterator<Item = &Instance> {
+        self.regions
+            .iter()
+            .flat_map(|r| r.instances.iter())
+            .chain(self.accel.iter().flat_map(|a| a.proxies.iter()))
+    }
+
+    /// The ingress proxy of an ordered region.
+    pub fn ingress(&self, region: &str) -> Option<&Instance> {
+        let a = self.accel.as_ref()?;
+        self.regions.iter().find(|r| r.region == region)?;
+        a.proxies
+            .iter()
+            .find(|p| p.location.as_deref() == Some(region))
+    }
+}
+
+/// The proxies of an accelerated service: one per location (a region),
+/// the ingress of every ordered region and the egress next to the origin;
+/// one proxy plays both where they coincide.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AccelGraph {
+    /// The name clients of accelerated paths resolve.
+    pub hostname: String,
+    /// The location (region) of the proxy that opens connections to the
+    /// origin.
+    pub egress: String,
+    /// Instances with role `proxy` and their location.
+    pub proxies: Vec<Instance>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -312,6 +381,23 @@ pub struct Instance {
     /// (a stray or another service's cache on the address cannot).
     #[serde(default)]
     pub nonce: String,
+    /// What it runs (`cache` for instances recorded before roles).
+    #[serde(default)]
+    pub role: Role,
+    /// A proxy's location name (its region), as peers and chains name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+}
+
+/// What an instance runs.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// `vcdn cache`.
+    #[default]
+    Cache,
+    /// `vcdn proxy`: a hop of an acceleration chain.
+    Proxy,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -344,6 +430,26 @@ pub struct Usage {
     pub vcpu_seconds: f64,
     pub requests: u64,
     pub bytes: u64,
+    /// The proxies' share of the above (billed the same way), and the CPU
+    /// time they reported.
+    #[serde(default, skip_serializing_if = "AccelUsage::is_zero")]
+    pub accel: AccelUsage,
+}
+
+/// What an accelerated service's proxies used.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct AccelUsage {
+    pub vcpu_seconds: f64,
+    pub requests: u64,
+    pub bytes: u64,
+    /// CPU time the proxy processes reported (`/stats` `cpu_seconds`).
+    pub cpu_seconds: f64,
+}
+
+impl AccelUsage {
+    pub fn is_zero(&self) -> bool {
+        *self == AccelUsage::default()
+    }
 }
 
 /// Something the platform did to a service.

@@ -264,6 +264,7 @@ pub fn order(
             ));
         }
     }
+    acceleration(&mut spec, &mut e);
     let (start, end) = lease(&spec, limits, now, &mut e);
     match (e.is_empty(), origin) {
         (true, Some(origin)) => Ok(Checked {
@@ -273,6 +274,83 @@ pub fn order(
             origin,
         }),
         _ => Err(e),
+    }
+}
+
+/// At most this many accelerated path prefixes per service.
+pub const MAX_ACCEL_PATHS: usize = 32;
+/// Longest accelerated path prefix.
+pub const MAX_ACCEL_PATH_LEN: usize = 256;
+/// Most warm connections a proxy keeps per next hop.
+pub const MAX_WARM: u32 = 64;
+
+/// Checks the acceleration part of an order and fills in its default
+/// hostname (`dyn.` + the service's hostname).
+fn acceleration(spec: &mut ServiceSpec, e: &mut Vec<FieldError>) {
+    let service_host = spec.hostname.clone();
+    let Some(a) = spec.acceleration.as_mut() else {
+        return;
+    };
+    if a.paths.is_empty() && !a.uncacheable {
+        e.push(FieldError::new(
+            "acceleration",
+            "give path prefixes to accelerate (paths: [\"/api/\"]), uncacheable: true, or both",
+        ));
+    }
+    if a.paths.len() > MAX_ACCEL_PATHS {
+        e.push(FieldError::new(
+            "acceleration.paths",
+            format!(
+                "give at most {MAX_ACCEL_PATHS} prefixes, not {}",
+                a.paths.len()
+            ),
+        ));
+    }
+    for (i, p) in a.paths.iter().enumerate().take(MAX_ACCEL_PATHS) {
+        let bad = if !p.starts_with('/') {
+            Some("must start with /, like /api/".to_string())
+        } else if p.len() > MAX_ACCEL_PATH_LEN {
+            Some(format!("must be at most {MAX_ACCEL_PATH_LEN} characters"))
+        } else if let Some(c) = p
+            .chars()
+            .find(|c| !c.is_ascii_graphic() || *c == '?' || *c == '#')
+        {
+            Some(format!(
+                "contains {c:?}: a prefix is a path without spaces, control characters, ? or # (percent-encode them)"
+            ))
+        } else if a.paths[..i].contains(p) {
+            Some("is listed twice".into())
+        } else {
+            None
+        };
+        if let Some(d) = bad {
+            e.push(FieldError::new(format!("acceleration.paths[{i}]"), d));
+        }
+    }
+    if let Some(w) = a.warm {
+        if w > MAX_WARM {
+            e.push(FieldError::new(
+                "acceleration.warm",
+                format!("must be 0 to {MAX_WARM} connections, not {w}"),
+            ));
+        }
+    }
+    let name = a
+        .hostname
+        .clone()
+        .unwrap_or_else(|| format!("dyn.{service_host}"));
+    match hostname(&name) {
+        Ok(h) if h == service_host => e.push(FieldError::new(
+            "acceleration.hostname",
+            "must differ from the service's hostname (clients of accelerated paths resolve it to proxies, not caches)",
+        )),
+        Ok(h) => a.hostname = Some(h),
+        // A default made from a valid but long hostname may be too long.
+        Err(d) if a.hostname.is_none() => e.push(FieldError::new(
+            "acceleration.hostname",
+            format!("the default dyn.{service_host} is not usable ({d}); give one"),
+        )),
+        Err(d) => e.push(FieldError::new("acceleration.hostname", d)),
     }
 }
 
@@ -356,6 +434,7 @@ mod tests {
             }],
             quality: QualitySpec::default(),
             lease: LeaseSpec::default(),
+            acceleration: None,
         }
     }
 
@@ -366,6 +445,48 @@ mod tests {
             .into_iter()
             .map(|e| e.field)
             .collect()
+    }
+
+    #[test]
+    fn acceleration_is_checked_field_by_field_and_gets_a_default_hostname() {
+        let mut s = spec();
+        s.acceleration = Some(AccelerationSpec {
+            paths: vec!["/api/".into()],
+            ..Default::default()
+        });
+        let c = order(s.clone(), &LIMITS, 1_000_000).unwrap();
+        let a = c.spec.acceleration.unwrap();
+        assert_eq!(a.hostname.as_deref(), Some("dyn.video.example.com"));
+        s.acceleration = Some(AccelerationSpec::default());
+        assert_eq!(fields(s.clone()), ["acceleration"]);
+        s.acceleration = Some(AccelerationSpec {
+            paths: vec!["api/".into(), "/a b".into(), "/ok".into(), "/ok".into()],
+            uncacheable: true,
+            hostname: Some("VIDEO.example.com".into()),
+            warm: Some(1000),
+        });
+        assert_eq!(
+            fields(s.clone()),
+            [
+                "acceleration.paths[0]",
+                "acceleration.paths[1]",
+                "acceleration.paths[3]",
+                "acceleration.warm",
+                "acceleration.hostname"
+            ]
+        );
+        s.acceleration = Some(AccelerationSpec {
+            paths: (0..40).map(|i| format!("/p{i}")).collect(),
+            hostname: Some("127.0.0.1".into()),
+            ..Default::default()
+        });
+        assert_eq!(fields(s), ["acceleration.paths", "acceleration.hostname"]);
+        // An order without it (or stored before it) reads as none.
+        let old: ServiceSpec = serde_json::from_str(
+            r#"{"name":"a","origin":"http://o.example","hostname":"a.example","flavor":"f","regions":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(old.acceleration, None);
     }
 
     #[test]

@@ -11,7 +11,8 @@ use std::process::{Child, Command, Stdio};
 
 use parking_lot::Mutex;
 
-/// Everything a driver needs to start one cache instance.
+/// Everything a driver needs to start one instance: a cache, or (with
+/// [`InstanceSpec::proxy`]) an acceleration proxy.
 #[derive(Debug, Clone)]
 pub struct InstanceSpec {
     pub id: String,
@@ -30,6 +31,91 @@ pub struct InstanceSpec {
     /// for calibration runs).
     pub cpu_quota: f64,
     pub memory_mib: u64,
+    /// Set for a proxy (`vcdn proxy`); `upstream` is then the origin.
+    pub proxy: Option<ProxySpec>,
+}
+
+/// What a `vcdn proxy` is started with besides what every instance gets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxySpec {
+    /// Its location name (its region), as peers and chains name it.
+    pub location: String,
+    /// The service it relays for (the service id).
+    pub service: String,
+    /// Every other proxy of the service: location → listen address.
+    pub peers: Vec<(String, SocketAddr)>,
+    /// The location of the proxy that connects to the origin.
+    pub egress: String,
+    /// Authenticates chain hops between the service's proxies (secret).
+    pub hop_key: String,
+    /// Warm connections per next hop, if ordered.
+    pub warm: Option<u32>,
+    /// Where RTT changes are reported, and with what bearer token
+    /// (secret), once a chain controller runs.
+    pub controller: Option<(String, String)>,
+}
+
+/// The environment variables that carry a proxy's secrets (never its
+/// command line, which every local user can read).
+pub const PROXY_ADMIN_TOKEN_ENV: &str = "VCDN_PROXY_ADMIN_TOKEN";
+pub const PROXY_HOP_KEY_ENV: &str = "VCDN_PROXY_HOP_KEY";
+pub const PROXY_CONTROLLER_TOKEN_ENV: &str = "VCDN_PROXY_CONTROLLER_TOKEN";
+
+/// The subcommands whose processes are instances.
+const INSTANCE_COMMANDS: [&str; 2] = ["cache", "proxy"];
+
+/// The command line (after the binary) and the secret environment of an
+/// instance: `vcdn cache …` or `vcdn proxy …`, with `--instance-id` last.
+pub fn command(spec: &InstanceSpec) -> (Vec<String>, Vec<(&'static str, String)>) {
+    let mut args: Vec<String> = Vec::new();
+    let mut flag = |k: &str, v: String| {
+        args.push(k.into());
+        args.push(v);
+    };
+    let env = match &spec.proxy {
+        None => {
+            flag("--listen", spec.listen.to_string());
+            flag("--upstream", spec.upstream.clone());
+            flag("--admin", spec.admin.to_string());
+            flag("--memory", format!("{}M", spec.memory_mib.max(1) / 2));
+            flag("--threads", spec.vcpus.max(1).to_string());
+            vec![("VCDN_ADMIN_TOKEN", spec.admin_token.clone())]
+        }
+        Some(p) => {
+            flag("--name", p.location.clone());
+            flag("--listen", spec.listen.to_string());
+            flag("--admin", spec.admin.to_string());
+            flag("--service", p.service.clone());
+            flag("--origin", spec.upstream.clone());
+            for (loc, addr) in &p.peers {
+                flag("--peer", format!("{loc}={addr}"));
+            }
+            flag("--egress", p.egress.clone());
+            if let Some(w) = p.warm {
+                flag("--warm", w.to_string());
+            }
+            let mut env = vec![
+                (PROXY_ADMIN_TOKEN_ENV, spec.admin_token.clone()),
+                (PROXY_HOP_KEY_ENV, p.hop_key.clone()),
+            ];
+            if let Some((url, token)) = &p.controller {
+                flag("--controller", url.clone());
+                env.push((PROXY_CONTROLLER_TOKEN_ENV, token.clone()));
+            }
+            env
+        }
+    };
+    let mut out = vec![if spec.proxy.is_some() {
+        "proxy"
+    } else {
+        "cache"
+    }
+    .to_string()];
+    out.extend(args);
+    out.extend(origin_policy_args(spec));
+    out.push("--instance-id".into());
+    out.push(spec.identity.clone());
+    (out, env)
 }
 
 /// A started instance.
@@ -231,22 +317,9 @@ impl Vim for LocalVim {
             .map_err(err)?;
         let log2 = log.try_clone().map_err(err)?;
         let (procs, cpus, cpu_limit) = self.prepare_cpu(spec);
+        let (args, secrets) = command(spec);
         let mut cmd = Command::new(&self.binary);
-        cmd.arg("cache")
-            .arg("--listen")
-            .arg(spec.listen.to_string())
-            .arg("--upstream")
-            .arg(&spec.upstream)
-            .arg("--admin")
-            .arg(spec.admin.to_string())
-            .arg("--memory")
-            .arg(format!("{}M", spec.memory_mib.max(1) / 2))
-            .arg("--threads")
-            .arg(spec.vcpus.max(1).to_string())
-            .args(origin_policy_args(spec))
-            .arg("--instance-id")
-            .arg(&spec.identity)
-            .env("VCDN_ADMIN_TOKEN", &spec.admin_token)
+        cmd.args(&args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
@@ -254,10 +327,11 @@ impl Vim for LocalVim {
             // the data plane serving; a restarted control plane adopts it.
             .process_group(0);
         for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("VCDN_") && k != "VCDN_ADMIN_TOKEN" {
+            if k.to_string_lossy().starts_with("VCDN_") {
                 cmd.env_remove(k);
             }
         }
+        cmd.envs(secrets);
         cmd.env(MARK, &self.mark);
         // SAFETY: only async-signal-safe calls (open, write, close,
         // sched_setaffinity) on data prepared before the fork.
@@ -337,7 +411,7 @@ impl Vim for LocalVim {
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .filter(|&pid| pid != me)
             .filter_map(read_process)
-            .filter(|p| p.args.get(1).map(String::as_str) == Some("cache"))
+            .filter(|p| p.is_instance_command())
             .filter(|p| p.env(MARK) == Some(self.mark.as_str()))
             .map(|p| Marked {
                 pid: p.pid,
@@ -380,10 +454,18 @@ impl Process {
         })
     }
 
-    /// Whether it is the `vcdn cache` of instance `id` (one started before
-    /// instances carried an id is recognised as a `vcdn cache` only).
+    /// Whether it runs `vcdn cache` or `vcdn proxy`.
+    fn is_instance_command(&self) -> bool {
+        self.args
+            .get(1)
+            .is_some_and(|c| INSTANCE_COMMANDS.contains(&c.as_str()))
+    }
+
+    /// Whether it is the `vcdn cache` or `vcdn proxy` of instance `id` (one
+    /// started before instances carried an id is recognised as a `vcdn
+    /// cache` only).
     fn is_instance(&self, id: &str) -> bool {
-        self.args.get(1).map(String::as_str) == Some("cache")
+        self.is_instance_command()
             && self.flag("--instance-id").is_none_or(|i| {
                 i.strip_prefix(id)
                     .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
@@ -406,4 +488,85 @@ fn read_process(pid: u32) -> Option<Process> {
         .collect();
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     Some(Process { pid, args, environ })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(proxy: Option<ProxySpec>) -> InstanceSpec {
+        InstanceSpec {
+            id: "i-1".into(),
+            identity: "i-1.abc".into(),
+            listen: "127.10.0.2:8080".parse().unwrap(),
+            admin: "127.10.0.2:9080".parse().unwrap(),
+            admin_token: "admin-secret".into(),
+            upstream: "http://127.3.0.9:80".into(),
+            origin_policy: "deny non-public".into(),
+            vcpus: 1,
+            cpu_quota: 1.0,
+            memory_mib: 256,
+            proxy,
+        }
+    }
+
+    #[test]
+    fn a_proxy_is_started_with_the_contract_flags_and_its_secrets_in_the_environment() {
+        let (args, env) = command(&spec(Some(ProxySpec {
+            location: "paris".into(),
+            service: "s-1".into(),
+            peers: vec![("marseille".into(), "127.12.0.1:8080".parse().unwrap())],
+            egress: "marseille".into(),
+            hop_key: "hop-secret".into(),
+            warm: Some(4),
+            controller: Some(("http://127.0.0.1:8070".into(), "ctl-secret".into())),
+        })));
+        assert_eq!(
+            args.join(" "),
+            "proxy --name paris --listen 127.10.0.2:8080 --admin 127.10.0.2:9080 --service s-1 \
+             --origin http://127.3.0.9:80 --peer marseille=127.12.0.1:8080 --egress marseille \
+             --warm 4 --controller http://127.0.0.1:8070 --origin-policy deny non-public \
+             --instance-id i-1.abc"
+        );
+        for secret in ["admin-secret", "hop-secret", "ctl-secret"] {
+            assert!(
+                !args.iter().any(|a| a.contains(secret)),
+                "{secret} on the command line"
+            );
+        }
+        assert_eq!(
+            env,
+            [
+                (PROXY_ADMIN_TOKEN_ENV, "admin-secret".to_string()),
+                (PROXY_HOP_KEY_ENV, "hop-secret".to_string()),
+                (PROXY_CONTROLLER_TOKEN_ENV, "ctl-secret".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cache_is_started_as_before() {
+        let (args, env) = command(&spec(None));
+        assert_eq!(
+            args.join(" "),
+            "cache --listen 127.10.0.2:8080 --upstream http://127.3.0.9:80 --admin 127.10.0.2:9080 \
+             --memory 128M --threads 1 --origin-policy deny non-public --instance-id i-1.abc"
+        );
+        assert_eq!(env, [("VCDN_ADMIN_TOKEN", "admin-secret".to_string())]);
+    }
+
+    #[test]
+    fn proxies_and_caches_are_recognised_as_instances_by_their_id() {
+        let p = |cmd: &str, id: &str| Process {
+            pid: 1,
+            args: ["vcdn", cmd, "--instance-id", id]
+                .map(String::from)
+                .to_vec(),
+            environ: Vec::new(),
+        };
+        assert!(p("proxy", "i-1.abc").is_instance("i-1"));
+        assert!(p("cache", "i-1.abc").is_instance("i-1"));
+        assert!(!p("proxy", "i-12.abc").is_instance("i-1"));
+        assert!(!p("origin", "i-1.abc").is_instance("i-1"));
+    }
 }

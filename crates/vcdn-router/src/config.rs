@@ -154,6 +154,26 @@ pub struct ServiceConfig {
     /// without it every path is its own content.
     #[serde(default)]
     pub template: Option<TemplateConfig>,
+    /// Dynamic-content acceleration: clients of these paths go to their
+    /// region's ingress proxy instead of a cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accel: Option<AccelConfig>,
+}
+
+/// A service's acceleration entry point. The router serves it like a
+/// second service without admission filter: DNS answers `hostname` with
+/// the client's region's healthy ingress proxies (health-checked like
+/// caches), and HTTP requests for `paths` on the service's hostname are
+/// redirected to that ingress.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AccelConfig {
+    pub hostname: String,
+    /// Path prefixes, each starting with `/`.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Per region, its ingress proxies (listed as caches).
+    pub regions: Vec<ServiceRegion>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -298,8 +318,10 @@ impl RouterConfig {
             if !names.insert(&s.name) {
                 return bad(format!("service '{}' is declared twice", s.name));
             }
-            if !hosts.insert(s.hostname.to_ascii_lowercase()) {
-                return bad(format!("hostname '{}' is used by two services", s.hostname));
+            for h in std::iter::once(&s.hostname).chain(s.accel.as_ref().map(|a| &a.hostname)) {
+                if !hosts.insert(h.to_ascii_lowercase()) {
+                    return bad(format!("hostname '{h}' is used by two services"));
+                }
             }
         }
         if let Some(d) = &self.default_region {
@@ -353,6 +375,23 @@ impl ServiceConfig {
         if let Some(t) = &self.template {
             if let Err(e) = crate::naming::Namer::new(Some(t)) {
                 return bad(format!("template: {e}"));
+            }
+        }
+        if let Some(a) = &self.accel {
+            if let Err(e) = Name::parse(&a.hostname) {
+                return bad(format!("accel.hostname: {e}"));
+            }
+            if a.hostname.eq_ignore_ascii_case(&self.hostname) {
+                return bad("accel.hostname must differ from hostname".into());
+            }
+            if let Some(p) = a.paths.iter().find(|p| !p.starts_with('/')) {
+                return bad(format!("accel.paths: '{p}' must start with /"));
+            }
+            let mut seen = HashSet::new();
+            for r in &a.regions {
+                if !seen.insert(&r.region) {
+                    return bad(format!("accel: region '{}' listed twice", r.region));
+                }
             }
         }
         Ok(())

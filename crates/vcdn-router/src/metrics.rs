@@ -29,6 +29,8 @@ pub struct Metrics {
     dns_rcode: [AtomicU64; 6],
     pub http_edge: AtomicU64,
     pub http_edge_fallback: AtomicU64,
+    /// Redirected to the region's acceleration ingress proxy.
+    pub http_accel: AtomicU64,
     pub http_origin_filter: AtomicU64,
     pub http_origin_nocache: AtomicU64,
     pub http_unknown_host: AtomicU64,
@@ -124,6 +126,7 @@ pub fn render(router: &Router) -> String {
     for (target, reason, v) in [
         ("edge", "region", &m.http_edge),
         ("edge", "fallback_region", &m.http_edge_fallback),
+        ("accel", "ingress", &m.http_accel),
         ("origin", "filter", &m.http_origin_filter),
         ("origin", "no_healthy_cache", &m.http_origin_nocache),
     ] {

@@ -115,6 +115,20 @@ pub struct Service {
     pub regions: Vec<(usize, Vec<Arc<EdgeCache>>)>,
     pub namer: crate::naming::Namer,
     pub popularity: Arc<Mutex<PopularityEstimator>>,
+    /// Its acceleration entry point: the path prefixes and the index (in
+    /// the snapshot's services) of the compiled service whose "caches"
+    /// are the ingress proxies under the acceleration hostname.
+    pub accel: Option<(Vec<String>, usize)>,
+}
+
+impl Service {
+    /// Whether a request target (path and query) is for an accelerated
+    /// path prefix.
+    pub fn accelerates(&self, target: &str) -> bool {
+        self.accel
+            .as_ref()
+            .is_some_and(|(paths, _)| paths.iter().any(|p| target.starts_with(p.as_str())))
+    }
 }
 
 /// A region known to the snapshot.
@@ -294,9 +308,33 @@ impl Router {
         let mut live_caches = HashMap::new();
         let mut live_filters = HashMap::new();
         let mut live_estimators = HashMap::new();
-        let mut services = Vec::new();
+        let mut services: Vec<Arc<Service>> = Vec::new();
         let mut by_host = HashMap::new();
+        // An accelerated service compiles into two: its own, and one under
+        // the acceleration hostname whose "caches" are the ingress proxies
+        // (no admission filter: dynamic content is never cached).
+        let mut compiled: Vec<(ServiceConfig, bool)> = Vec::new();
         for sc in &cfg.services {
+            compiled.push((sc.clone(), false));
+            if let Some(a) = &sc.accel {
+                compiled.push((
+                    ServiceConfig {
+                        name: format!("{}/accel", sc.name),
+                        hostname: a.hostname.clone(),
+                        origin: sc.origin.clone(),
+                        regions: a.regions.clone(),
+                        admission: crate::config::AdmissionConfig {
+                            filter: FilterKind::None,
+                            ..Default::default()
+                        },
+                        template: None,
+                        accel: None,
+                    },
+                    true,
+                ));
+            }
+        }
+        for (sc, is_accel) in &compiled {
             let origin = OriginUrl::parse(&sc.origin).map_err(invalid)?;
             let origin_name = match origin.ip {
                 Some(_) => None,
@@ -351,6 +389,19 @@ impl Router {
             }
             let hostname = Name::parse(&sc.hostname).map_err(|e| invalid(e.to_string()))?;
             by_host.insert(hostname.wire().to_vec(), services.len());
+            if *is_accel {
+                // The service compiled just before is the one it serves.
+                let index = services.len();
+                if let Some(owner) = services.last_mut().and_then(Arc::get_mut) {
+                    let paths = owner
+                        .config
+                        .accel
+                        .as_ref()
+                        .map(|a| a.paths.clone())
+                        .unwrap_or_default();
+                    owner.accel = Some((paths, index));
+                }
+            }
             services.push(Arc::new(Service {
                 config: sc.clone(),
                 hostname,
@@ -359,6 +410,7 @@ impl Router {
                 regions: svc_regions,
                 namer: crate::naming::Namer::new(sc.template.as_ref()).map_err(invalid)?,
                 popularity,
+                accel: None,
             }));
         }
         *caches = live_caches;

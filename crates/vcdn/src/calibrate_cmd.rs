@@ -78,6 +78,8 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             cpu_limit: String::new(),
             started_at: 0,
             nonce: vcdn_control::control::random_hex(8),
+            role: vcdn_control::types::Role::Cache,
+            location: None,
         };
         let spec = InstanceSpec {
             id: instance.id.clone(),
@@ -90,6 +92,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             vcpus: 1,
             cpu_quota: a.cpus,
             memory_mib: 2048,
+            proxy: None,
         };
         let started = vim.start(&spec).map_err(|e| e.to_string())?;
         eprintln!(

@@ -63,6 +63,16 @@ enum ServiceCmd {
         /// Lease length: 90s, 30m, 2h, 1d.
         #[arg(long, value_parser = parse_duration)]
         lease: Option<u64>,
+        /// Accelerate this path prefix through proxy chains (repeat), e.g. /api/.
+        #[arg(long = "accelerate", value_name = "PREFIX")]
+        accelerate: Vec<String>,
+        /// Also accelerate what the caches fetch from the origin (misses,
+        /// passes, no-store answers).
+        #[arg(long)]
+        accelerate_uncacheable: bool,
+        /// The name clients of accelerated paths resolve [default: dyn.HOSTNAME].
+        #[arg(long, value_name = "NAME")]
+        accel_hostname: Option<String>,
     },
     /// Your services.
     List,
@@ -325,6 +335,54 @@ fn show(v: &Value) -> String {
         ],
         &rows,
     ));
+    out.push_str(&show_acceleration(&v["acceleration"]));
+    out
+}
+
+/// The acceleration part of `vcdn service show`: entry point, what is
+/// accelerated, the proxies and their usage (nothing without it).
+fn show_acceleration(a: &Value) -> String {
+    if a.is_null() {
+        return String::new();
+    }
+    let e = &a["entry_point"];
+    let paths: Vec<String> = a["paths"].as_array().into_iter().flatten().map(s).collect();
+    let u = &a["usage"];
+    let mut out = format!(
+        "\n\nacceleration\nhostname  {}\nURL       {}\npaths     {}{}\negress    {}\nusage     {} requests, {} bytes, {} vCPU-s, {} CPU-s\n\n",
+        s(&a["hostname"]),
+        s(&e["url"]),
+        if paths.is_empty() { "-".into() } else { paths.join(" ") },
+        if a["uncacheable"] == true { " + everything uncacheable (caches fetch through their ingress)" } else { "" },
+        s(&a["egress"]),
+        u["requests"].as_u64().unwrap_or(0),
+        u["bytes"].as_u64().unwrap_or(0),
+        u["vcpu_seconds"].as_f64().map_or("0".into(), |x| format!("{x:.0}")),
+        u["cpu_seconds"].as_f64().map_or("0".into(), |x| format!("{x:.1}")),
+    );
+    let rows: Vec<Vec<String>> = a["proxies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let roles: Vec<String> = p["roles"].as_array().into_iter().flatten().map(s).collect();
+            vec![
+                s(&p["location"]),
+                roles.join("+"),
+                s(&p["id"]),
+                s(&p["host"]),
+                s(&p["address"]),
+                s(&p["state"]),
+                s(&p["pid"]),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "LOCATION", "ROLE", "PROXY", "HOST", "ADDRESS", "STATE", "PID",
+        ],
+        &rows,
+    ));
     out
 }
 
@@ -342,8 +400,11 @@ pub fn run_service(a: ServiceArgs) -> Result<(), String> {
             response_ms,
             percentile,
             lease,
+            accelerate,
+            accelerate_uncacheable,
+            accel_hostname,
         } => {
-            let body = json!({
+            let mut body = json!({
                 "name": name, "origin": origin, "hostname": hostname, "flavor": flavor,
                 "regions": regions.iter().map(|(r, n)| {
                     let mut d = json!({"region": r, "peak_users": n});
@@ -353,6 +414,13 @@ pub fn run_service(a: ServiceArgs) -> Result<(), String> {
                 "quality": {"min_mos": min_mos, "response_ms": response_ms, "percentile": percentile},
                 "lease": {"duration_s": lease},
             });
+            if !accelerate.is_empty() || accelerate_uncacheable || accel_hostname.is_some() {
+                body["acceleration"] = json!({
+                    "paths": accelerate,
+                    "uncacheable": accelerate_uncacheable,
+                    "hostname": accel_hostname,
+                });
+            }
             let v = c.call("POST", "/v1/services", Some(&body))?;
             if c.json {
                 v.to_string()
@@ -589,4 +657,87 @@ pub fn run_customer(a: CustomerArgs) -> Result<(), String> {
     };
     println!("{out}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn show_prints_the_acceleration_entry_point_proxies_and_usage() {
+        let v = json!({
+            "name": "shop", "id": "s-1", "state": "active", "graph": {"regions": []},
+            "acceleration": {
+                "hostname": "dyn.shop.example", "paths": ["/api/"], "uncacheable": true,
+                "entry_point": {"url": "http://dyn.shop.example:8080/"},
+                "egress": "marseille",
+                "proxies": [
+                    {"id": "i-p1", "location": "paris", "roles": ["ingress"], "host": "paris-1",
+                     "address": "127.10.0.2:8080", "state": "running", "pid": 42},
+                    {"id": "i-p2", "location": "marseille", "roles": ["egress"], "host": "marseille-1",
+                     "address": "127.12.0.1:8080", "state": "running", "pid": 43}
+                ],
+                "usage": {"requests": 7, "bytes": 1000, "vcpu_seconds": 12.0, "cpu_seconds": 0.3}
+            }
+        });
+        let out = show(&v);
+        assert!(
+            out.contains("URL       http://dyn.shop.example:8080/"),
+            "{out}"
+        );
+        assert!(
+            out.contains("paths     /api/ + everything uncacheable"),
+            "{out}"
+        );
+        assert!(out.contains("egress    marseille"), "{out}");
+        assert!(
+            out.contains("usage     7 requests, 1000 bytes, 12 vCPU-s, 0.3 CPU-s"),
+            "{out}"
+        );
+        assert!(out.contains("paris      ingress  i-p1"), "{out}");
+        assert!(out.contains("marseille  egress   i-p2"), "{out}");
+        // Without acceleration, nothing more than before.
+        assert!(!show(&json!({"graph": {"regions": []}})).contains("acceleration"));
+    }
+
+    #[test]
+    fn create_takes_the_acceleration_flags() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(subcommand)]
+            cmd: ServiceCmd,
+        }
+        let t = T::try_parse_from([
+            "t",
+            "create",
+            "shop",
+            "--origin",
+            "http://o.example",
+            "--hostname",
+            "shop.example",
+            "--region",
+            "paris=10",
+            "--accelerate",
+            "/api/",
+            "--accelerate",
+            "/cart/",
+            "--accelerate-uncacheable",
+            "--accel-hostname",
+            "fast.shop.example",
+        ])
+        .unwrap();
+        let ServiceCmd::Create {
+            accelerate,
+            accelerate_uncacheable,
+            accel_hostname,
+            ..
+        } = t.cmd
+        else {
+            panic!("not create")
+        };
+        assert_eq!(accelerate, ["/api/", "/cart/"]);
+        assert!(accelerate_uncacheable);
+        assert_eq!(accel_hostname.as_deref(), Some("fast.shop.example"));
+    }
 }

@@ -1,0 +1,387 @@
+//! Dynamic-content acceleration as a customer orders it (issue 17, "In the
+//! product"): an accelerated service ordered through the API gets proxies
+//! (an ingress in each ordered region, the egress in the origin's region),
+//! serves dynamic content through its chain, and deleting it stops every
+//! proxy.
+//!
+//! It needs `vcdn proxy` (another part of issue 17): ignored until that is
+//! merged.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::up::{self, Up, OP};
+use support::{eventually, origin_count, tempdir};
+use vcdn_http::client;
+
+/// `vcdn proxy` processes of service `id`: pid and command line.
+fn proxies(id: &str) -> Vec<(u32, Vec<String>)> {
+    proxy_processes(|args| args.windows(2).any(|w| w[0] == "--service" && w[1] == id))
+}
+
+/// Kills, when the test ends however it ends, every `vcdn proxy` listening
+/// on the test's instance port (they outlive the control plane by design;
+/// the `Up` guard kills only caches).
+struct ProxyGuard(u16);
+
+impl Drop for ProxyGuard {
+    fn drop(&mut self) {
+        let suffix = format!(":{}", self.0);
+        let on_port = |args: &[String]| {
+            args.windows(2)
+                .any(|w| w[0] == "--listen" && w[1].ends_with(&suffix))
+        };
+        for (pid, _) in proxy_processes(on_port) {
+            // SAFETY: signalling a process id.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+/// `vcdn proxy` processes whose command line passes `keep`.
+fn proxy_processes(keep: impl Fn(&[String]) -> bool) -> Vec<(u32, Vec<String>)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let c = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            if stat.rsplit(')').next()?.trim_start().starts_with('Z') {
+                return None;
+            }
+            let args: Vec<String> = c
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let ours = args.get(1).map(String::as_str) == Some("proxy") && keep(&args);
+            ours.then_some((pid, args))
+        })
+        .collect()
+}
+
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.windows(2)
+        .find(|w| w[0] == name)
+        .map(|w| w[1].as_str())
+}
+
+/// `dig +short` from a source address: the A records.
+fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
+    let out = Command::new("dig")
+        .args(["+short", "+time=2", "+tries=1", "-p"])
+        .arg(dns.port().to_string())
+        .args(["-b", source])
+        .arg(format!("@{}", dns.ip()))
+        .arg(name)
+        .output()
+        .expect("dig runs (apt install bind9-dnsutils)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A GET with `Host` from a client address of a region (the router
+/// locates clients by their source address).
+async fn get_from(source: &str, to: SocketAddr, host: &str, target: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let mut c = tokio::time::timeout(Duration::from_secs(5), s.connect(to))
+        .await
+        .expect("connect in time")
+        .expect("connects");
+    c.write_all(
+        format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut out))
+        .await
+        .expect("answer in time")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A proxy's or cache's admin `/stats` (the control plane's instance
+/// token, kept in its data directory).
+async fn stats(up: &Up, admin: &str) -> Value {
+    let token = std::fs::read_to_string(up.dir.join("instance-token")).unwrap();
+    let auth = format!("Bearer {}", token.trim());
+    let r = client::request(
+        admin.parse().unwrap(),
+        "GET",
+        "/stats",
+        &[("Authorization", &auth)],
+        b"",
+        Duration::from_secs(2),
+    )
+    .await
+    .expect("admin API answers");
+    assert_eq!(r.status(), 200, "{}", r.text());
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+fn requests(v: &Value) -> u64 {
+    v["requests"].as_u64().unwrap_or_else(|| {
+        v["requests"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs vcdn proxy (issue 17 merge)"]
+async fn an_accelerated_service_serves_dynamic_content_through_its_chain_and_delete_stops_every_proxy(
+) {
+    // The demo origin on a Marseille address (Marseille's clients are
+    // 127.3.0.0/16): the egress goes there, Paris and Lyon get ingresses.
+    let mut up = Up {
+        child: None,
+        dir: tempdir("accel-service"),
+        api: SocketAddr::from(([127, 0, 0, 1], up::free_port())),
+        origin: SocketAddr::from(([127, 3, 0, 1], up::free_port())),
+        instance_port: up::free_port(),
+        ports: [
+            up::free_port(),
+            up::free_port(),
+            up::free_port(),
+            up::free_port(),
+        ],
+        extra: Vec::new(),
+        started: false,
+    };
+    let _proxies = ProxyGuard(up.instance_port);
+    up.launch().expect("vcdn up starts");
+    let [dns, http, _, _] = up.ports;
+    let dns = SocketAddr::from(([127, 0, 0, 1], dns));
+    let router = SocketAddr::from(([127, 0, 0, 1], http));
+    let key = up.demo_key();
+
+    let (st, s) = up
+        .call(
+            &key,
+            "POST",
+            "/v1/services",
+            Some(json!({
+                "name": "shop",
+                "origin": format!("http://{}", up.origin),
+                "hostname": "shop.demo.example",
+                "flavor": "elastic",
+                "regions": [{"region": "paris", "peak_users": 10}, {"region": "lyon", "peak_users": 10}],
+                "acceleration": {"paths": ["/dynamic"], "uncacheable": true},
+            })),
+        )
+        .await;
+    assert_eq!(st, 201, "{s}");
+    assert_eq!(s["state"], "active", "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    let a = &s["acceleration"];
+    assert_eq!(a["hostname"], "dyn.shop.demo.example", "{a}");
+    assert_eq!(a["egress"], "marseille", "{a}");
+    let paris_in = a["ingress"]["paris"].as_str().unwrap().to_string();
+    let lyon_in = a["ingress"]["lyon"].as_str().unwrap().to_string();
+    assert!(paris_in.starts_with("127.10."), "{a}");
+    assert!(lyon_in.starts_with("127.11."), "{a}");
+    let listed = a["proxies"].as_array().unwrap();
+    assert_eq!(listed.len(), 3, "{a}");
+    assert!(listed.iter().all(|p| p["state"] == "running"), "{a}");
+    let egress = listed
+        .iter()
+        .find(|p| p["location"] == "marseille")
+        .unwrap();
+    assert_eq!(egress["roles"], json!(["egress"]));
+    assert!(
+        !s.to_string().contains("hop_key"),
+        "the hop key is never shown"
+    );
+
+    // Three `vcdn proxy` processes with the contract's flags, secrets in
+    // their environment only.
+    let procs = proxies(&id);
+    assert_eq!(procs.len(), 3, "{procs:?}");
+    for (pid, args) in &procs {
+        assert!(flag(args, "--name").is_some() && flag(args, "--egress") == Some("marseille"));
+        assert_eq!(
+            flag(args, "--origin"),
+            Some(format!("http://{}", up.origin).as_str())
+        );
+        assert!(flag(args, "--instance-id").is_some());
+        assert!(flag(args, "--hop-key").is_none() && flag(args, "--admin-token").is_none());
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let env = String::from_utf8_lossy(&env);
+        assert!(env.contains("VCDN_PROXY_HOP_KEY=") && env.contains("VCDN_PROXY_ADMIN_TOKEN="));
+    }
+    let paris_proc = procs
+        .iter()
+        .find(|(_, a)| flag(a, "--name") == Some("paris"))
+        .unwrap();
+    let peers: Vec<&str> = paris_proc
+        .1
+        .windows(2)
+        .filter(|w| w[0] == "--peer")
+        .map(|w| w[1].as_str())
+        .collect();
+    assert_eq!(peers.len(), 2, "paris knows lyon and marseille: {peers:?}");
+
+    // DNS: each region's clients resolve the acceleration hostname to their
+    // region's ingress; the service hostname still to caches.
+    let ip = |a: &str| a.split(':').next().unwrap().to_string();
+    assert_eq!(
+        resolve(dns, "127.1.0.1", "dyn.shop.demo.example"),
+        [ip(&paris_in)]
+    );
+    assert_eq!(
+        resolve(dns, "127.2.0.1", "dyn.shop.demo.example"),
+        [ip(&lyon_in)]
+    );
+    let cache = resolve(dns, "127.1.0.1", "shop.demo.example");
+    assert_eq!(cache.len(), 1);
+    assert_ne!(cache[0], ip(&paris_in));
+
+    // HTTP routing: an accelerated path on the service hostname is sent
+    // to the client's region's ingress, path and query kept.
+    let r = get_from(
+        "127.2.0.1",
+        router,
+        "shop.demo.example",
+        "/dynamic?size=1000",
+    )
+    .await;
+    assert!(r.starts_with("HTTP/1.1 302"), "{r}");
+    assert!(
+        r.contains(&format!("Location: http://{lyon_in}/dynamic?size=1000"))
+            || r.contains(&format!("location: http://{lyon_in}/dynamic?size=1000")),
+        "{r}"
+    );
+    assert!(
+        r.to_ascii_lowercase().contains("x-vcdn-route: accel"),
+        "{r}"
+    );
+
+    // Dynamic content through the Paris ingress and the Marseille egress:
+    // every request reaches the origin, byte-exact in length.
+    let before = origin_count(up.origin, "/dynamic").await;
+    let admin_of = |loc: &str| {
+        listed
+            .iter()
+            .find(|p| p["location"] == loc)
+            .map(|p| {
+                s["graph"]["accel"]["proxies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|x| x["id"] == p["id"])
+                    .unwrap()["admin"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .unwrap()
+    };
+    let egress_before = requests(&stats(&up, &admin_of("marseille")).await);
+    for _ in 0..3 {
+        let r = client::request(
+            paris_in.parse().unwrap(),
+            "GET",
+            "/dynamic?size=200000",
+            &[("Host", "dyn.shop.demo.example")],
+            b"",
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the ingress answers");
+        assert_eq!(r.status(), 200, "{}", r.text());
+        assert_eq!(r.body.len(), 200_000);
+    }
+    assert_eq!(origin_count(up.origin, "/dynamic").await, before + 3);
+    assert!(requests(&stats(&up, &admin_of("paris")).await) >= 3);
+    assert!(
+        requests(&stats(&up, &admin_of("marseille")).await) >= egress_before + 3,
+        "the egress carried the chain's requests"
+    );
+
+    // `uncacheable`: each region's caches fetch through their ingress, so
+    // a no-store answer through a cache rides the chain too.
+    let caches = up::caches(up.instance_port);
+    assert_eq!(caches.len(), 2, "{caches:?}");
+    let ins = [paris_in.as_str(), lyon_in.as_str()];
+    for c in &caches {
+        let upstream = c.flags.get("--upstream").unwrap();
+        assert!(
+            ins.iter().any(|i| *upstream == format!("http://{i}")),
+            "cache upstream {upstream} is not an ingress"
+        );
+    }
+    let paris_before = requests(&stats(&up, &admin_of("paris")).await);
+    let cache: SocketAddr = format!("{}:{}", cache[0], up.instance_port)
+        .parse()
+        .unwrap();
+    let r = client::request(
+        cache,
+        "GET",
+        "/dynamic?size=5000",
+        &[("Host", "shop.demo.example")],
+        b"",
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("the cache answers");
+    assert_eq!((r.status(), r.body.len()), (200, 5000));
+    assert!(requests(&stats(&up, &admin_of("paris")).await) > paris_before);
+
+    // Usage: the proxies' requests and vCPU time are billed.
+    let billed = eventually(10, || async {
+        let (_, v) = up
+            .call(OP, "GET", &format!("/v1/services/{id}"), None)
+            .await;
+        let u = &v["acceleration"]["usage"];
+        u["requests"].as_u64().unwrap_or(0) >= 4 && u["vcpu_seconds"].as_f64().unwrap_or(0.0) > 0.0
+    })
+    .await;
+    assert!(billed, "proxy usage never reached the service's usage");
+
+    // A killed proxy is relaunched like a cache.
+    let victim = paris_proc.0;
+    // SAFETY: killing the proxy process.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    let healed = eventually(5, || async {
+        let (_, v) = up
+            .call(OP, "GET", &format!("/v1/services/{id}"), None)
+            .await;
+        v["acceleration"]["proxies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["location"] == "paris" && p["state"] == "running" && p["pid"] != victim)
+    })
+    .await;
+    assert!(healed, "the killed proxy was not replaced");
+
+    // Delete: every proxy and cache stops, DNS forgets both names.
+    let (st, v) = up
+        .call(&key, "DELETE", &format!("/v1/services/{id}"), None)
+        .await;
+    assert_eq!((st, v["state"].as_str()), (200, Some("deleted")), "{v}");
+    assert!(proxies(&id).is_empty(), "{:?}", proxies(&id));
+    assert!(up::caches(up.instance_port).is_empty());
+    assert!(resolve(dns, "127.1.0.1", "dyn.shop.demo.example").is_empty());
+    assert!(resolve(dns, "127.1.0.1", "shop.demo.example").is_empty());
+    let (_, hosts) = up.call(OP, "GET", "/v1/hosts", None).await;
+    assert!(
+        hosts["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["used_vcpus"] == 0),
+        "{hosts}"
+    );
+}
