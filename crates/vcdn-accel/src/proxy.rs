@@ -385,6 +385,11 @@ impl Proxy {
             }
         }
         drop(new);
+        // A new peer set is news about every peer: one marked down because
+        // it was not started yet when this proxy pre-opened its pools gets
+        // another chance now (a dead one is marked again at its next
+        // failure).
+        self.down.lock().clear();
         self.refill.notify_one();
         Ok(())
     }

@@ -105,6 +105,13 @@ pub fn command(spec: &InstanceSpec) -> (Vec<String>, Vec<(&'static str, String)>
             env
         }
     };
+    if spec.proxy.is_some() {
+        // Local instances share the host's network namespace with
+        // everything else on it: a proxy must not flip host-wide TCP
+        // settings. The operator sets tcp_slow_start_after_idle=0 on a
+        // proxy host (the proxy's /healthz shows the value in force).
+        args.push("--keep-sysctl".into());
+    }
     let mut out = vec![if spec.proxy.is_some() {
         "proxy"
     } else {

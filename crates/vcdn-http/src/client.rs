@@ -72,7 +72,12 @@ async fn request_inner(
     let mut stream = TcpStream::connect(addr)
         .await
         .map_err(|e| ClientError::Connect(addr, e))?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\n");
+    // The caller's Host (a service's name) wins over the address.
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
+    req.push_str("Connection: close\r\n");
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
