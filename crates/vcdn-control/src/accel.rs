@@ -85,7 +85,8 @@ pub fn cache_upstream(s: &Service, i: &Instance) -> (String, String) {
 /// The proxy part of a proxy instance's start (none for a cache): its
 /// location, the service's other proxies as peers, the egress, the
 /// service's hop key.
-pub fn proxy_spec(s: &Service, i: &Instance) -> Option<ProxySpec> {
+/// `controller` is the URL RTT reports go to (the control API).
+pub fn proxy_spec(s: &Service, i: &Instance, controller: Option<String>) -> Option<ProxySpec> {
     if i.role != Role::Proxy {
         return None;
     }
@@ -98,7 +99,7 @@ pub fn proxy_spec(s: &Service, i: &Instance) -> Option<ProxySpec> {
         egress: a.egress.clone(),
         hop_key: s.hop_key.clone(),
         warm: s.spec.acceleration.as_ref().and_then(|a| a.warm),
-        controller: None,
+        controller: controller.map(|url| (url, crate::chain_controller::report_token(&s.hop_key))),
     })
 }
 
@@ -262,16 +263,6 @@ impl Control {
         self.push_chains(s).await;
         Ok(())
     }
-
-    /// The hook where chain tables are pushed (`PUT /chains` to each of
-    /// the service's proxies) once its proxies run with their peers: after
-    /// a deployment, a relaunched proxy, a restart of the control plane.
-    /// Until the chain controller (which computes tables from the proxies'
-    /// RTT reports) is wired in here, proxies start without a table and
-    /// relay straight to the egress.
-    pub async fn push_chains(&self, s: &Service) {
-        tracing::debug!(service = %s.id, "no chain controller: proxies keep their tables");
-    }
 }
 
 #[cfg(test)]
@@ -339,6 +330,7 @@ pub(crate) mod tests {
                         proxy("p1", "paris", "127.10.0.2"),
                         proxy("p2", "marseille", "127.12.0.1"),
                     ],
+                    ..Default::default()
                 }),
             },
             usage: Usage::default(),
@@ -385,7 +377,7 @@ pub(crate) mod tests {
     fn a_proxy_gets_the_other_proxies_as_peers_and_the_services_key() {
         let s = service(false);
         let a = s.graph.accel.as_ref().unwrap();
-        let p = proxy_spec(&s, &a.proxies[0]).unwrap();
+        let p = proxy_spec(&s, &a.proxies[0], None).unwrap();
         assert_eq!(p.location, "paris");
         assert_eq!(p.service, "s-1");
         assert_eq!(p.egress, "marseille");
@@ -395,7 +387,7 @@ pub(crate) mod tests {
         );
         assert_eq!(p.hop_key, s.hop_key);
         assert_eq!(p.warm, Some(4));
-        assert!(proxy_spec(&s, &s.graph.regions[0].instances[0]).is_none());
+        assert!(proxy_spec(&s, &s.graph.regions[0].instances[0], None).is_none());
         assert_eq!(
             peers_body(a, "marseille"),
             json!({"peers": {"paris": "127.10.0.2:8080"}})

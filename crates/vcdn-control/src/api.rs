@@ -163,7 +163,7 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|kv| kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
 }
 
-async fn route(c: &Control, guard: &Guard, req: Request) -> Response {
+async fn route(c: &Arc<Control>, guard: &Guard, req: Request) -> Response {
     let pq = String::from_utf8_lossy(req.head.path_and_query()).into_owned();
     let (path, query) = pq.split_once('?').unwrap_or((pq.as_str(), ""));
     let m = req.head.method;
@@ -187,6 +187,9 @@ async fn route(c: &Control, guard: &Guard, req: Request) -> Response {
         (Method::Get | Method::Head, "/v1/openapi.json") => {
             return Response::new(200, "application/json", OPENAPI)
         }
+        // Proxies' RTT reports carry their service's report token, not a
+        // customer key or the operator token.
+        (Method::Post, "/v1/accel/rtt") => return rtt_report(c, guard, &req).await,
         _ => {}
     }
     let who = match caller(c, guard, &req).await {
@@ -295,6 +298,30 @@ async fn route(c: &Control, guard: &Guard, req: Request) -> Response {
 }
 
 type Reply = Result<Response, Response>;
+
+/// `POST /v1/accel/rtt`: a proxy's RTT measurements (the MOSTO
+/// controller's input, `chain_controller`).
+async fn rtt_report(c: &Arc<Control>, guard: &Guard, req: &Request) -> Response {
+    let ip = req.peer.ip();
+    if let Some(r) = guard.throttled(ip) {
+        return r;
+    }
+    let Some(token) = bearer_token(req) else {
+        return guard.failed(
+            ip,
+            "send Authorization: Bearer <the service's report token>",
+        );
+    };
+    let report: crate::chain_controller::Report = match parse(&req.body) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    match c.report_rtt(token, report).await {
+        Ok(()) => Response::new(204, "text/plain", Vec::new()),
+        Err(ControlError::Forbidden(m)) => guard.failed(ip, &m),
+        Err(e) => problem(&e),
+    }
+}
 
 async fn catalog(c: &Control) -> Reply {
     let flavors = c.flavors().await.map_err(|e| problem(&e))?;

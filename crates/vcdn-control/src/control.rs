@@ -245,7 +245,7 @@ impl Control {
             vcpus: i.vcpus,
             cpu_quota: i.vcpus as f64 * self.cfg.vcpu_share,
             memory_mib: i.memory_mib,
-            proxy: crate::accel::proxy_spec(s, i),
+            proxy: crate::accel::proxy_spec(s, i, self.controller_url()),
         })
     }
 

@@ -12,6 +12,7 @@
 
 pub mod accel;
 pub mod api;
+pub mod chain_controller;
 pub mod control;
 pub mod defaults;
 pub mod deployer;
@@ -184,6 +185,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         .map_err(|e| e.to_string())?;
     control.reconcile().await;
     tokio::spawn(supervisor::run(control.clone()));
+    tokio::spawn(chain_controller::run(control.clone()));
     tokio::spawn(vcdn_http::serve::serve(
         listener,
         vcdn_http::serve::ServeConfig::default(),

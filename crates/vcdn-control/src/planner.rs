@@ -360,6 +360,7 @@ fn plan_accel(
         hostname: a.hostname.clone().unwrap_or_default(),
         egress: egress.to_string(),
         proxies,
+        ..Default::default()
     }))
 }
 

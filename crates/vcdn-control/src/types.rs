@@ -1,5 +1,7 @@
 //! The resources of the northbound API, as stored and as sent.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use vcdn_policy::placement::Strategy;
 
@@ -336,7 +338,7 @@ impl ServiceGraph {
 /// The proxies of an accelerated service: one per location (a region),
 /// the ingress of every ordered region and the egress next to the origin;
 /// one proxy plays both where they coincide.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct AccelGraph {
     /// The name clients of accelerated paths resolve.
     pub hostname: String,
@@ -345,6 +347,17 @@ pub struct AccelGraph {
     pub egress: String,
     /// Instances with role `proxy` and their location.
     pub proxies: Vec<Instance>,
+    /// The RTTs the proxies measured and reported, in ms: location → (peer
+    /// location → RTT). Kept with the service, so a restarted controller
+    /// recomputes the same chains.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rtt_ms: BTreeMap<String, BTreeMap<String, f64>>,
+    /// The chain table each proxy was last sent (location → table), and
+    /// its version (raised whenever a table changes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub chains: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub chains_version: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

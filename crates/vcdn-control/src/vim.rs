@@ -532,8 +532,8 @@ mod tests {
             args.join(" "),
             "proxy --name paris --listen 127.10.0.2:8080 --admin 127.10.0.2:9080 --service s-1 \
              --origin http://127.3.0.9:80 --peer marseille=127.12.0.1:8080 --egress marseille \
-             --warm 4 --controller http://127.0.0.1:8070 --origin-policy deny non-public \
-             --instance-id i-1.abc"
+             --warm 4 --controller http://127.0.0.1:8070 --keep-sysctl \
+             --origin-policy deny non-public --instance-id i-1.abc"
         );
         for secret in ["admin-secret", "hop-secret", "ctl-secret"] {
             assert!(
