@@ -51,6 +51,10 @@ pub(crate) struct Shared {
     /// The largest packet read from a TUN (≤ MTU unless the kernel handed
     /// segmentation offload to the device).
     pub max_packet: AtomicU64,
+    /// How late the forwarder released packets: the worst, in ns, and how
+    /// many were more than 1 ms late.
+    pub max_late_ns: AtomicU64,
+    pub late_over_1ms: AtomicU64,
 }
 
 /// A packet on its way: due at its destination at `due`.
@@ -197,6 +201,13 @@ pub(crate) fn run(
         while heap.peek().is_some_and(|Reverse(p)| p.due <= now) {
             let Reverse(p) = heap.pop().expect("peeked");
             in_flight -= p.data.len();
+            let late = Instant::now().saturating_duration_since(p.due);
+            shared
+                .max_late_ns
+                .fetch_max(late.as_nanos() as u64, Relaxed);
+            if late > Duration::from_millis(1) {
+                shared.late_over_1ms.fetch_add(1, Relaxed);
+            }
             // SAFETY: the fd is open (owned by `tuns`) and data is a valid
             // buffer of data.len() bytes.
             let w = unsafe {

@@ -87,6 +87,12 @@ pub struct TestbedStats {
     /// The largest packet a node handed the forwarder (≤ [`MTU`]: no
     /// segmentation offload reaches the TUN devices).
     pub max_packet: u64,
+    /// The latest the forwarder released a packet after its due time (its
+    /// own timing error; the kernels' queues before and after it add to
+    /// what endpoints see).
+    pub max_late: Duration,
+    /// Packets released more than 1 ms late.
+    pub late_over_1ms: u64,
 }
 
 impl Testbed {
@@ -99,6 +105,8 @@ impl Testbed {
             links: (0..n * n).map(|_| LinkCtl::default()).collect(),
             unroutable: AtomicU64::new(0),
             max_packet: AtomicU64::new(0),
+            max_late_ns: AtomicU64::new(0),
+            late_over_1ms: AtomicU64::new(0),
         });
         let mut tb = Testbed {
             spec,
@@ -248,6 +256,8 @@ impl Testbed {
             links,
             unroutable: self.shared.unroutable.load(Relaxed),
             max_packet: self.shared.max_packet.load(Relaxed),
+            max_late: Duration::from_nanos(self.shared.max_late_ns.load(Relaxed)),
+            late_over_1ms: self.shared.late_over_1ms.load(Relaxed),
         }
     }
 
