@@ -38,6 +38,15 @@ if ! command -v ffmpeg >/dev/null 2>&1 || [[ ! -x /usr/bin/chromium || ! -x /usr
     || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ffmpeg chromium chromium-driver; }
 fi
 
+# The test bed's tests build namespaces with iproute2 and measure with
+# iputils' ping.
+if ! command -v ip >/dev/null 2>&1 || ! command -v ping >/dev/null 2>&1; then
+  echo "== installing iproute2 and iputils-ping"
+  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 iputils-ping \
+    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 iputils-ping; }
+fi
+
 # The idle-connection test opens 10,000 sockets.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 

@@ -33,6 +33,16 @@
 //! own sockets see loopback), so slow start over a long path is not
 //! reproduced.
 //!
+//! # Which emulator
+//!
+//! - [`Shim`] (this relay): no root, one TCP path between two loopback
+//!   addresses, delay and a bandwidth cap as seen by an application (a
+//!   player's throughput, a cache's upstream latency). The endpoints' TCP
+//!   sees loopback, so no slow start, no loss.
+//! - [`testbed`]: root, one network namespace per node, every IP packet
+//!   delayed on its link. Use it when TCP's own dynamics matter: slow
+//!   start, handshakes, congestion control, split-TCP proxy chains (MOSTO).
+//!
 //! Tests are mostly synchronous, so [`Shim::spawn_thread`] runs a shim on
 //! a thread with its own single-threaded runtime, stopped when dropped;
 //! async callers use [`Shim::start`] on their runtime.
@@ -41,6 +51,7 @@ mod link;
 mod relay;
 mod spec;
 mod stats;
+pub mod testbed;
 
 use std::io;
 use std::net::SocketAddr;

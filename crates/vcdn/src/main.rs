@@ -19,6 +19,7 @@ mod player_cmd;
 mod proxy_cmd;
 mod router_cmd;
 mod service_cmd;
+mod testbed_cmd;
 mod up_cmd;
 mod video_args;
 
@@ -83,6 +84,8 @@ enum Cmd {
     Proxy(proxy_cmd::ProxyArgs),
     /// Relay TCP to a target through an emulated path: delay, shared bandwidth cap.
     Netem(netem_cmd::NetemArgs),
+    /// Emulate a wide-area network: a namespace per node, packets delayed per link (root).
+    Testbed(testbed_cmd::TestbedArgs),
     /// Start a demo origin and a cache in front of it, and show how to try them.
     Demo {
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -273,6 +276,7 @@ fn main() -> ExitCode {
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Netem(a) => netem_cmd::run(a),
         Cmd::Proxy(a) => proxy_cmd::run(a),
+        Cmd::Testbed(a) => testbed_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
         Cmd::Player(a) => player_cmd::run(a),
         Cmd::Calibrate(a) => calibrate_cmd::run(a),

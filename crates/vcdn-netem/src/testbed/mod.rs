@@ -1,0 +1,369 @@
+//! A packet-level wide-area network on one machine: one network namespace
+//! per node, joined by a user-space forwarder that delays every IP packet by
+//! its link's one-way delay, behind an optional rate limit and drop-tail
+//! queue. Unlike the [`crate::Shim`] relay, the endpoints' own TCP stacks
+//! see the delay, so slow start, congestion control and handshakes behave
+//! as over a real path. Needs root (namespaces, TUN devices).
+//!
+//! Layout: node i lives in namespace `vcdntb-<pid>-<seq>-<i>` with its
+//! loopback and one TUN device (MTU 1500, address `10.77.0.0 + i + 1`/32,
+//! a route to `10.77.0.0/16` through the TUN). Every namespace is separate,
+//! so all test beds use the same addresses. The TUN's file descriptor stays
+//! with the forwarder thread of this process ([`forwarder`]). Each namespace
+//! uses cubic with `tcp_no_metrics_save=1` (every connection starts from
+//! the initial window, as the paper's measurements did), IPv6 off.
+//!
+//! The one host-wide change: on kernels where non-initial namespaces may
+//! not pick cubic as their default, [`Testbed::start`] adds `cubic` to
+//! `net.ipv4.tcp_allowed_congestion_control` (it changes no default).
+//!
+//! Teardown ([`Drop`], also when a test panics): stop the forwarder (the TUN
+//! devices vanish with their descriptors), SIGKILL every process still
+//! inside a node's namespace (whoever started it), delete the namespaces.
+//! Namespaces left by a process that died without teardown are removed by
+//! the next test bed that starts.
+
+mod forwarder;
+mod netns;
+mod spec;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use forwarder::MAX_IN_FLIGHT;
+pub use spec::{default_queue, TestbedSpec, DEFAULT_QUEUE_TIME, MIN_DEFAULT_QUEUE};
+
+use forwarder::{LinkCtl, Shared};
+
+/// The MTU of every node's TUN device.
+pub const MTU: u32 = 1500;
+
+/// The network every node's address is in.
+pub const NETWORK: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 0);
+
+/// Test beds started by this process so far (names stay unique).
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A running test bed. Dropping it tears everything down.
+pub struct Testbed {
+    spec: TestbedSpec,
+    /// Namespace names of the nodes created so far.
+    namespaces: Vec<String>,
+    ns_files: Vec<Arc<File>>,
+    shared: Arc<Shared>,
+    stop: Option<OwnedFd>,
+    forwarder: Option<JoinHandle<()>>,
+}
+
+/// Counters of one directed link.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub from: String,
+    pub to: String,
+    /// Packets and bytes accepted onto the link (delivered or on their way).
+    pub packets: u64,
+    pub bytes: u64,
+    /// Packets dropped: queue full, or the forwarder's memory bound.
+    pub drops: u64,
+}
+
+/// Counters of the whole test bed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TestbedStats {
+    /// Links that carried or dropped anything.
+    pub links: Vec<LinkStats>,
+    /// Packets with no node to go to (not IPv4, or an unknown address).
+    pub unroutable: u64,
+    /// The largest packet a node handed the forwarder (≤ [`MTU`]: no
+    /// segmentation offload reaches the TUN devices).
+    pub max_packet: u64,
+    /// The latest the forwarder released a packet after its due time (its
+    /// own timing error; the kernels' queues before and after it add to
+    /// what endpoints see).
+    pub max_late: Duration,
+    /// Packets released more than 1 ms late.
+    pub late_over_1ms: u64,
+}
+
+impl Testbed {
+    /// Builds the namespaces and devices of `spec` and starts the forwarder.
+    pub fn start(spec: TestbedSpec) -> io::Result<Testbed> {
+        netns::remove_stale();
+        let n = spec.n();
+        let shared = Arc::new(Shared {
+            n,
+            links: (0..n * n).map(|_| LinkCtl::default()).collect(),
+            unroutable: AtomicU64::new(0),
+            max_packet: AtomicU64::new(0),
+            max_late_ns: AtomicU64::new(0),
+            late_over_1ms: AtomicU64::new(0),
+        });
+        let mut tb = Testbed {
+            spec,
+            namespaces: Vec::new(),
+            ns_files: Vec::new(),
+            shared,
+            stop: None,
+            forwarder: None,
+        };
+        for from in 0..n {
+            for to in 0..n {
+                tb.apply(from, to);
+            }
+        }
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let mut tuns = Vec::with_capacity(n);
+        let mut addrs = HashMap::new();
+        for i in 0..n {
+            let ns = format!("{}{}-{seq}-{i}", netns::PREFIX, std::process::id());
+            netns::ip(["netns", "add", &ns], None)?;
+            tb.namespaces.push(ns.clone());
+            tb.ns_files.push(Arc::new(netns::open(&ns)?));
+            let (tun, dev) = netns::open_tun()?;
+            tuns.push(tun);
+            netns::ip(["link", "set", "dev", &dev, "netns", &ns], None)?;
+            let addr = node_addr(i);
+            addrs.insert(u32::from(addr), i);
+            // txqueuelen: the device ring the forwarder reads from; large,
+            // so a sender's burst waits in it rather than being dropped
+            // before the emulated link's own queue sees it.
+            let batch = format!(
+                "link set dev lo up\n\
+                 link set dev {dev} mtu {MTU} txqueuelen 10000 up\n\
+                 addr add {addr}/32 dev {dev}\n\
+                 route add {NETWORK}/16 dev {dev} src {addr}\n"
+            );
+            netns::ip(["-n", &ns, "-batch", "-"], Some(&batch))?;
+            let keep = tb.spec.keeps_window(i);
+            match tb.run_in_index(i, move || configure_tcp(keep))? {
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    // Only the initial namespace may default to an
+                    // algorithm outside the allowed list: allow cubic
+                    // (from this thread, still in the initial namespace).
+                    allow_cubic()?;
+                    tb.run_in_index(i, move || configure_tcp(keep))??;
+                }
+                r => r?,
+            }
+        }
+        let (stop_rx, stop_tx) = eventfd()?;
+        let shared = tb.shared.clone();
+        tb.forwarder = Some(
+            std::thread::Builder::new()
+                .name("vcdn-testbed-fwd".into())
+                .spawn(move || forwarder::run(shared, tuns, addrs, stop_rx))?,
+        );
+        tb.stop = Some(stop_tx);
+        Ok(tb)
+    }
+
+    /// The spec the bed was started with (delays as started; see
+    /// [`Self::set_rtt`] for live changes).
+    pub fn spec(&self) -> &TestbedSpec {
+        &self.spec
+    }
+
+    /// The node names.
+    pub fn nodes(&self) -> &[String] {
+        self.spec.nodes()
+    }
+
+    /// `node`'s address (reachable from every other node).
+    pub fn addr(&self, node: &str) -> io::Result<Ipv4Addr> {
+        Ok(node_addr(self.spec.need(node)?))
+    }
+
+    /// The name of `node`'s namespace (for `ip netns exec NAME …`).
+    pub fn namespace(&self, node: &str) -> io::Result<&str> {
+        Ok(&self.namespaces[self.spec.need(node)?])
+    }
+
+    /// A command that runs `program` inside `node`'s namespace. The bed
+    /// SIGKILLs whatever still runs in its namespaces when it is dropped;
+    /// callers that want a clean stop earlier stop their children.
+    pub fn command(&self, node: &str, program: impl AsRef<std::ffi::OsStr>) -> io::Result<Command> {
+        let ns = self.ns_files[self.spec.need(node)?].clone();
+        let mut cmd = Command::new(program);
+        // SAFETY: the closure only calls setns(2), which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || netns::enter(&ns));
+        }
+        Ok(cmd)
+    }
+
+    /// Runs `f` on a thread inside `node`'s namespace and returns what it
+    /// returns: sockets it creates belong to the node (and stay there when
+    /// handed out), threads it spawns stay in the node.
+    pub fn run_in<T: Send>(&self, node: &str, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+        self.run_in_index(self.spec.need(node)?, f)
+    }
+
+    fn run_in_index<T: Send>(&self, i: usize, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+        let ns = &self.ns_files[i];
+        std::thread::scope(|s| {
+            let h = s.spawn(move || -> io::Result<T> {
+                netns::enter(ns)?;
+                Ok(f())
+            });
+            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+
+    /// Sets the round trip between `a` and `b` while running (one-way
+    /// `rtt / 2` each way). Packets already on the link keep their time; a
+    /// shorter delay never overtakes them.
+    pub fn set_rtt(&mut self, a: &str, b: &str, rtt: Duration) -> io::Result<()> {
+        self.spec = self.spec.clone().rtt(a, b, rtt)?;
+        let (i, j) = (self.spec.need(a)?, self.spec.need(b)?);
+        self.apply(i, j);
+        self.apply(j, i);
+        Ok(())
+    }
+
+    /// Caps both directions between `a` and `b` at `bps` bit/s while running.
+    pub fn set_rate(&mut self, a: &str, b: &str, bps: u64) -> io::Result<()> {
+        self.spec = self.spec.clone().rate(a, b, bps)?;
+        let (i, j) = (self.spec.need(a)?, self.spec.need(b)?);
+        self.apply(i, j);
+        self.apply(j, i);
+        Ok(())
+    }
+
+    /// The counters of the link `from → to`.
+    pub fn link_stats(&self, from: &str, to: &str) -> io::Result<LinkStats> {
+        let (i, j) = (self.spec.need(from)?, self.spec.need(to)?);
+        Ok(self.link_stats_of(i, j))
+    }
+
+    /// The counters of every link that saw traffic, and of the forwarder.
+    pub fn stats(&self) -> TestbedStats {
+        let n = self.spec.n();
+        let links = (0..n * n)
+            .map(|k| self.link_stats_of(k / n, k % n))
+            .filter(|s| s.packets > 0 || s.drops > 0)
+            .collect();
+        TestbedStats {
+            links,
+            unroutable: self.shared.unroutable.load(Relaxed),
+            max_packet: self.shared.max_packet.load(Relaxed),
+            max_late: Duration::from_nanos(self.shared.max_late_ns.load(Relaxed)),
+            late_over_1ms: self.shared.late_over_1ms.load(Relaxed),
+        }
+    }
+
+    fn link_stats_of(&self, i: usize, j: usize) -> LinkStats {
+        let c = &self.shared.links[i * self.spec.n() + j];
+        LinkStats {
+            from: self.spec.nodes()[i].clone(),
+            to: self.spec.nodes()[j].clone(),
+            packets: c.packets.load(Relaxed),
+            bytes: c.bytes.load(Relaxed),
+            drops: c.drops.load(Relaxed),
+        }
+    }
+
+    /// Copies link `i → j` of the spec into the forwarder's settings.
+    fn apply(&self, i: usize, j: usize) {
+        let c = &self.shared.links[i * self.spec.n() + j];
+        c.delay_ns
+            .store(self.spec.delay(i, j).as_nanos() as u64, Relaxed);
+        c.rate_bps
+            .store(self.spec.rate_bps(i, j).unwrap_or(0), Relaxed);
+        c.queue_bytes
+            .store(self.spec.queue_bytes(i, j).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    /// Test bed namespaces of every process that exist now (to check that
+    /// teardown left none).
+    pub fn existing_namespaces() -> Vec<String> {
+        netns::list()
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writing 8 bytes to an open eventfd.
+            unsafe {
+                libc::write(
+                    std::os::fd::AsRawFd::as_raw_fd(&stop),
+                    one.as_ptr().cast(),
+                    8,
+                )
+            };
+            if let Some(h) = self.forwarder.take() {
+                let _ = h.join();
+            }
+        }
+        self.ns_files.clear();
+        for ns in self.namespaces.drain(..) {
+            if let Err(e) = netns::delete(&ns) {
+                tracing::warn!(namespace = %ns, error = %e, "cannot delete a test bed namespace");
+            }
+        }
+    }
+}
+
+/// Node i's address: `10.77.0.0 + i + 1`.
+fn node_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(NETWORK) + i as u32 + 1)
+}
+
+/// The TCP settings of a node (run inside its namespace): cubic, no saved
+/// metrics, optionally no slow start after idle, IPv6 off. Cubic fails
+/// with `PermissionDenied` until [`allow_cubic`].
+fn configure_tcp(keep_window: bool) -> io::Result<()> {
+    netns::sysctl("net.ipv4.tcp_congestion_control", "cubic")?;
+    netns::sysctl("net.ipv4.tcp_no_metrics_save", "1")?;
+    netns::sysctl(
+        "net.ipv4.tcp_slow_start_after_idle",
+        if keep_window { "0" } else { "1" },
+    )?;
+    for k in [
+        "net.ipv6.conf.all.disable_ipv6",
+        "net.ipv6.conf.default.disable_ipv6",
+    ] {
+        let _ = netns::sysctl(k, "1");
+    }
+    Ok(())
+}
+
+/// Adds cubic to `net.ipv4.tcp_allowed_congestion_control` (host-wide;
+/// only visible from the initial namespace).
+fn allow_cubic() -> io::Result<()> {
+    let path = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
+    let now = std::fs::read_to_string(path)?;
+    if now.split_whitespace().any(|a| a == "cubic") {
+        return Ok(());
+    }
+    std::fs::write(path, format!("{} cubic", now.trim()))
+}
+
+/// An eventfd as (reader, writer) — two descriptors of the same counter.
+fn eventfd() -> io::Result<(OwnedFd, OwnedFd)> {
+    // SAFETY: eventfd(2) and dup(2) return new descriptors we own.
+    unsafe {
+        let fd = libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let dup = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
+        if dup < 0 {
+            let e = io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        Ok((OwnedFd::from_raw_fd(fd), OwnedFd::from_raw_fd(dup)))
+    }
+}
