@@ -65,7 +65,9 @@ pub struct ProxyConfig {
     /// Where chains end when there is no table (default: this proxy).
     pub egress: Option<String>,
     pub chains: Option<ChainTable>,
-    /// Pre-opened connections kept per next hop (0: one per exchange).
+    /// Pre-opened connections kept per next hop; 0: none, and no
+    /// connection is reused either (a fresh one per hop and exchange, as
+    /// the paper's proxies).
     pub warm: usize,
     /// Bytes of the warm-up transfer on each new pooled hop connection (0: none).
     pub warmup_bytes: u64,
@@ -518,6 +520,15 @@ impl Proxy {
         tune_hop_socket(&s);
         self.metrics.hop_opened.fetch_add(1, Ordering::Relaxed);
         Ok(Conn::new(s))
+    }
+
+    /// Returns a connection that finished an exchange to its pool; with
+    /// `--warm 0` (the paper's proxies) every exchange has connections of
+    /// its own, so it is closed instead.
+    fn keep(&self, key: &str, c: Conn) {
+        if self.cfg.warm > 0 {
+            self.pool.put(key, c);
+        }
     }
 
     /// A pooled connection to `name`, or a new one; says which.
@@ -995,7 +1006,7 @@ impl Proxy {
         }
         self.metrics
             .hop_bytes(next, 0, d.body + u64::from(head_len));
-        self.pool.put(next, up);
+        self.keep(next, up);
         Ok(d)
     }
 
@@ -1149,7 +1160,7 @@ impl Proxy {
         }
         self.metrics.hop_bytes("origin", 0, d.body + n as u64);
         if resp.keep_alive() && framing != ResponseFraming::UntilClose {
-            self.pool.put(ORIGIN, up);
+            self.keep(ORIGIN, up);
         }
         Ok(d)
     }
