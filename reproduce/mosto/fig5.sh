@@ -117,7 +117,7 @@ proxy q3 q3-m3 8203 0 q3-m3
 proxy mid mid-m3 8202 0 q3-m3 q3-m3
 proxy q1 q1-m3 8201 0 q3-m3 mid-m3 q3-m3
 M3_TABLE='{"version":1,"egress":"q3-m3","chains":[{"max_rounds":20,"chain":["q1-m3","mid-m3","q3-m3"]}]}'
-curl -sf -X PUT -H "Authorization: Bearer $TOKEN" --data "$M3_TABLE" \
+in_ns q1 curl -sf -X PUT -H "Authorization: Bearer $TOKEN" --data "$M3_TABLE" \
   "http://${ADDR[q1]}:9201/chains" >/dev/null
 # vcdn: warm pools, chains from vcdn_policy::chains over the proxies' RTTs.
 proxy back back-v 8305 2 back-v
@@ -151,7 +151,7 @@ for r in range(1, 21):
 print(json.dumps({"version": 1, "egress": "back-v", "chains": classes}))
 EOF
 echo "vcdn chain table: $(cat "$WORK/v-table.json")"
-curl -sf -X PUT -H "Authorization: Bearer $TOKEN" --data @"$WORK/v-table.json" \
+in_ns front curl -sf -X PUT -H "Authorization: Bearer $TOKEN" --data @"$WORK/v-table.json" \
   "http://${ADDR[front]}:9301/chains" >/dev/null
 
 # The warm single reverse proxy (CloudFront's place): HAProxy next to the
