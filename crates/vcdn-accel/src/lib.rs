@@ -2,3 +2,5 @@
 //! long path into short hops, each with its own slow start (MOSTO,
 //! Siracusano et al., IEEE JSAC 2017). Which chain a transfer takes is
 //! decided in `vcdn_policy::chains`; this crate moves the bytes.
+
+pub mod rtt;
