@@ -3,4 +3,5 @@
 //! Siracusano et al., IEEE JSAC 2017). Which chain a transfer takes is
 //! decided in `vcdn_policy::chains`; this crate moves the bytes.
 
+pub mod reactive;
 pub mod rtt;
