@@ -5,3 +5,4 @@
 
 pub mod reactive;
 pub mod rtt;
+pub mod sockmap;
