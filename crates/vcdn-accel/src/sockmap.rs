@@ -48,6 +48,8 @@ const SO_COOKIE: libc::c_int = 57;
 const SIOCOUTQ: libc::c_ulong = 0x5411;
 /// Offset of `tcpi_bytes_acked` in `struct tcp_info`.
 const TCPI_BYTES_ACKED: usize = 120;
+/// Offset of `tcpi_bytes_received`.
+const TCPI_BYTES_RECEIVED: usize = 128;
 
 /// One eBPF instruction.
 #[repr(C)]
@@ -170,25 +172,7 @@ fn cookie(fd: RawFd) -> io::Result<u64> {
 /// queued. Acked is read first, so a concurrent ACK can only make this
 /// undercount (never claim a byte that is not in the queue yet).
 fn written_total(fd: RawFd) -> io::Result<u64> {
-    let mut info = [0u8; 256];
-    let mut len = info.len() as libc::socklen_t;
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if (len as usize) < TCPI_BYTES_ACKED + 8 {
-        return Err(io::Error::other(
-            "kernel's tcp_info has no tcpi_bytes_acked",
-        ));
-    }
+    let info = tcp_info(fd)?;
     let acked = u64::from_ne_bytes(
         info[TCPI_BYTES_ACKED..TCPI_BYTES_ACKED + 8]
             .try_into()
@@ -273,7 +257,7 @@ impl Sockmap {
             targets,
             relays,
             _prog: prog_fd,
-            stall: Duration::from_millis(50),
+            stall: Duration::from_millis(5),
             poll: Duration::from_millis(1),
         })
     }
@@ -302,36 +286,14 @@ impl Sockmap {
         n: u64,
         timeout: Duration,
     ) -> io::Result<()> {
-        // What is already queued on `from` goes the user-space way.
-        let mut left = n;
-        let queued = readable_bytes(from.as_raw_fd()).min(left as usize);
-        if queued > 0 {
-            let mut buf = vec![0u8; queued];
-            from.read_exact(&mut buf).await?;
-            to.write_all(&buf).await?;
-            left -= queued as u64;
-        }
-        if left == 0 {
-            return Ok(());
-        }
         let (ffd, tfd) = (from.as_raw_fd(), to.as_raw_fd());
-        // Only established sockets can join a sockmap.
-        if peer_closed(ffd) {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "sockmap relay: source closed after {} of {n} bytes",
-                    n - left
-                ),
-            ));
-        }
         let (fc, tc) = (cookie(ffd)?, cookie(tfd)?);
-        let base = written_total(tfd)?;
+        let (to_base, from_base) = (written_total(tfd)?, received_total(ffd)?);
         let entry = RelayEntry {
             target: tc,
             bytes: 0,
         };
-        let (tfd64, ffd64) = (tfd as u64, ffd as u64);
+        let tfd64 = tfd as u64;
         map_op(
             BPF_MAP_UPDATE_ELEM,
             &self.targets,
@@ -351,49 +313,101 @@ impl Sockmap {
             (&entry as *const RelayEntry).cast(),
         )?;
         guard.relay = Some(fc);
-        map_op(
-            BPF_MAP_UPDATE_ELEM,
-            &self.sources,
-            (&fc as *const u64).cast(),
-            (&ffd64 as *const u64).cast(),
-        )?;
-        guard.from = Some(fc);
-
-        // Wait for the counter.
-        let (mut last, mut last_move) = (0, Instant::now());
-        let counted = loop {
-            let c = self.counted(fc);
-            if c >= left {
-                break c;
+        // Bytes copied in user space: those queued on `from` before it
+        // joins the map, which the verdict sees only when more arrive (and
+        // none will if they filled the window).
+        let mut copied = 0u64;
+        let mut last_move = Instant::now();
+        loop {
+            let counted = self.counted(fc);
+            let queued = (readable_bytes(ffd) as u64).min(n.saturating_sub(counted + copied));
+            if queued > 0 {
+                // Let the target send every redirected byte first: order.
+                self.flushed(tfd, to_base, counted + copied, timeout)
+                    .await?;
+                let mut buf = vec![0u8; queued as usize];
+                from.read_exact(&mut buf).await?;
+                to.write_all(&buf).await?;
+                copied += queued;
+                last_move = Instant::now();
             }
-            if c != last {
-                (last, last_move) = (c, Instant::now());
-            } else if last_move.elapsed() >= self.stall && readable_bytes(ffd) > 0 {
-                break c; // bytes stuck before the verdict: finish below
-            } else if last_move.elapsed() >= self.stall && peer_closed(ffd) {
+            if counted + copied >= n {
+                break;
+            }
+            if peer_closed(ffd) {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!("sockmap relay: source closed after {c} of {left} bytes"),
-                ));
-            } else if last_move.elapsed() >= timeout {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("sockmap relay: {c} of {left} bytes after {timeout:?}"),
+                    format!(
+                        "sockmap relay: source closed after {} of {n} bytes",
+                        counted + copied
+                    ),
                 ));
             }
-            tokio::time::sleep(self.poll).await;
-        };
-        guard.leave_source();
-        if counted > left {
+            // Join and wait for the counter to reach `n`.
+            let ffd64 = ffd as u64;
+            map_op(
+                BPF_MAP_UPDATE_ELEM,
+                &self.sources,
+                (&fc as *const u64).cast(),
+                (&ffd64 as *const u64).cast(),
+            )?;
+            guard.from = Some(fc);
+            let mut last = counted;
+            loop {
+                let c = self.counted(fc);
+                if c + copied >= n {
+                    break;
+                }
+                if c != last {
+                    (last, last_move) = (c, Instant::now());
+                } else if last_move.elapsed() >= self.stall {
+                    // Received but not seen by the verdict: stuck in the
+                    // queue. Or the source is gone. Leave and look.
+                    let received = received_total(ffd)?.saturating_sub(from_base);
+                    if received > c + copied || peer_closed(ffd) {
+                        break;
+                    }
+                    if last_move.elapsed() >= timeout {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "sockmap relay: {} of {n} bytes after {timeout:?}",
+                                c + copied
+                            ),
+                        ));
+                    }
+                }
+                tokio::time::sleep(self.poll).await;
+            }
+            guard.leave_source();
+        }
+        let counted = self.counted(fc);
+        if counted + copied > n {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("sockmap relay: {counted} bytes arrived where {left} were expected"),
+                format!(
+                    "sockmap relay: {} bytes arrived where {n} were expected",
+                    counted + copied
+                ),
             ));
         }
         // Every redirected byte must be in `to`'s queue before it leaves
         // the map.
+        self.flushed(tfd, to_base, n, timeout).await?;
+        drop(guard);
+        Ok(())
+    }
+
+    /// Wait until `to` has taken `bytes` into its send path since `base`.
+    async fn flushed(
+        &self,
+        tfd: RawFd,
+        base: u64,
+        bytes: u64,
+        timeout: Duration,
+    ) -> io::Result<()> {
         let start = Instant::now();
-        while written_total(tfd)?.saturating_sub(base) < counted {
+        while written_total(tfd)?.saturating_sub(base) < bytes {
             if start.elapsed() >= timeout {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -402,26 +416,41 @@ impl Sockmap {
             }
             tokio::time::sleep(self.poll).await;
         }
-        drop(guard);
-        // The rare stall: copy what is left.
-        let mut rest = left - counted;
-        let mut buf = vec![0u8; 64 * 1024];
-        while rest > 0 {
-            let want = buf.len().min(rest as usize);
-            let got = tokio::time::timeout(timeout, from.read(&mut buf[..want]))
-                .await
-                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "sockmap relay: read"))??;
-            if got == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "sockmap relay: source closed",
-                ));
-            }
-            to.write_all(&buf[..got]).await?;
-            rest -= got as u64;
-        }
         Ok(())
     }
+}
+
+/// Bytes ever received on `fd` (`tcpi_bytes_received`).
+fn received_total(fd: RawFd) -> io::Result<u64> {
+    let info = tcp_info(fd)?;
+    Ok(u64::from_ne_bytes(
+        info[TCPI_BYTES_RECEIVED..TCPI_BYTES_RECEIVED + 8]
+            .try_into()
+            .unwrap_or([0; 8]),
+    ))
+}
+
+fn tcp_info(fd: RawFd) -> io::Result<[u8; 256]> {
+    let mut info = [0u8; 256];
+    let mut len = info.len() as libc::socklen_t;
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if (len as usize) < TCPI_BYTES_RECEIVED + 8 {
+        return Err(io::Error::other(
+            "kernel's tcp_info has no tcpi_bytes_received",
+        ));
+    }
+    Ok(info)
 }
 
 /// Whether `fd`'s peer has closed its side (state CLOSE_WAIT or later).
