@@ -10,7 +10,7 @@
 //! holds per `from` cookie the `to` cookie and a byte counter that the
 //! program increments atomically with each skb's length before it calls
 //! `bpf_sk_redirect_hash` to the egress of `to`. The program is
-//! hand-assembled eBPF (15 instructions) loaded with raw `bpf(2)`: no BPF
+//! hand-assembled eBPF (24 instructions) loaded with raw `bpf(2)`: no BPF
 //! toolchain is needed.
 //!
 //! User space learns progress by polling the counter on a short timer. When
@@ -335,6 +335,11 @@ impl Sockmap {
                 break;
             }
             if peer_closed(ffd) {
+                // Pass on what did arrive before leaving the maps.
+                guard.leave_source();
+                let _ = self
+                    .flushed(tfd, to_base, self.counted(fc) + copied, timeout)
+                    .await;
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!(
