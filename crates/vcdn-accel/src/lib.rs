@@ -6,7 +6,11 @@
 //! The data path (`vcdn proxy`): [`proxy`] serves clients and peers on one
 //! port, [`wire`] is the hop protocol (`docs/accel-protocol.md`),
 //! [`splice`] the zero-copy relay, [`pool`] the warm hop connections,
-//! [`estimate`] the transfer-size estimate, [`table`] the chain lookup.
+//! [`estimate`] the transfer-size estimate, [`table`] the chain lookup;
+//! [`rtt`] measures RTTs to the peers and reports them to the controller,
+//! [`reactive`] holds a socket and starts the proxy on the first
+//! connection, [`sockmap`] relays in the kernel with a BPF redirect
+//! (experimental: see its doc).
 
 pub mod admin;
 pub mod conn;
@@ -14,6 +18,9 @@ pub mod estimate;
 pub mod metrics;
 pub mod pool;
 pub mod proxy;
+pub mod reactive;
+pub mod rtt;
+pub mod sockmap;
 pub mod splice;
 pub mod table;
 pub mod wire;

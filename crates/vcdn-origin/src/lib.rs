@@ -142,6 +142,47 @@ pub async fn run_with(listener: TcpListener, origin: Origin) {
     serve(listener, ServeConfig::default(), handler(Arc::new(origin))).await;
 }
 
+/// Serve `origin` until no request has been started or in progress for
+/// `idle`, then return (reactive start: the holder that handed over the
+/// listener starts the origin again on the next connection). A request
+/// counts until its response head is ready; a long streamed body does not
+/// keep the origin up.
+pub async fn run_until_idle(listener: TcpListener, origin: Origin, idle: Duration) {
+    let busy = Arc::new(Activity {
+        in_flight: AtomicU64::new(0),
+        last: Mutex::new(std::time::Instant::now()),
+    });
+    let inner = handler(Arc::new(origin));
+    let b = busy.clone();
+    let counted: Handler = Arc::new(move |req| {
+        let (inner, b) = (inner.clone(), b.clone());
+        b.in_flight.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            let r = inner(req).await;
+            *b.last.lock() = std::time::Instant::now();
+            b.in_flight.fetch_sub(1, Ordering::SeqCst);
+            r
+        })
+    });
+    let tick = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    tokio::select! {
+        _ = serve(listener, ServeConfig::default(), counted) => {}
+        _ = async {
+            loop {
+                tokio::time::sleep(tick).await;
+                if busy.in_flight.load(Ordering::SeqCst) == 0 && busy.last.lock().elapsed() >= idle {
+                    return;
+                }
+            }
+        } => {}
+    }
+}
+
+struct Activity {
+    in_flight: AtomicU64,
+    last: Mutex<std::time::Instant>,
+}
+
 pub fn handler(origin: Arc<Origin>) -> Handler {
     Arc::new(move |req| {
         let origin = origin.clone();

@@ -17,6 +17,7 @@ mod name_cmd;
 mod netem_cmd;
 mod player_cmd;
 mod proxy_cmd;
+mod reactive_cmd;
 mod router_cmd;
 mod service_cmd;
 mod testbed_cmd;
@@ -77,11 +78,22 @@ enum Cmd {
         /// late: a slow origin, to see what viewers see (up to 60,000).
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60_000))]
         segment_delay_ms: u64,
+        /// Serve on this inherited listening socket instead of --listen
+        /// (what `vcdn reactive` hands over, as fd 3).
+        #[arg(long)]
+        listen_fd: Option<i32>,
+        /// Exit after this many seconds without a request (fractions
+        /// allowed); with `vcdn reactive` the next connection starts it again.
+        #[arg(long)]
+        idle_exit: Option<f64>,
         #[command(flatten)]
         video: video_args::VideoArgs,
     },
     /// Run a dynamic-content acceleration proxy (ingress, transport or egress of a chain).
     Proxy(proxy_cmd::ProxyArgs),
+    /// Hold a listening socket and start a server on it at the first
+    /// connection, again after it exits idle (reactive start).
+    Reactive(reactive_cmd::ReactiveArgs),
     /// Relay TCP to a target through an emulated path: delay, shared bandwidth cap.
     Netem(netem_cmd::NetemArgs),
     /// Emulate a wide-area network: a namespace per node, packets delayed per link (root).
@@ -265,9 +277,15 @@ fn main() -> ExitCode {
             seed,
             dash_data,
             segment_delay_ms,
+            listen_fd,
+            idle_exit,
             video,
         } => run_origin(
-            listen,
+            OriginListen {
+                addr: listen,
+                fd: listen_fd,
+                idle_exit,
+            },
             seed,
             dash_data.as_deref(),
             std::time::Duration::from_millis(segment_delay_ms),
@@ -277,6 +295,7 @@ fn main() -> ExitCode {
         Cmd::Netem(a) => netem_cmd::run(a),
         Cmd::Proxy(a) => proxy_cmd::run(a),
         Cmd::Testbed(a) => testbed_cmd::run(a),
+        Cmd::Reactive(a) => reactive_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
         Cmd::Player(a) => player_cmd::run(a),
         Cmd::Calibrate(a) => calibrate_cmd::run(a),
@@ -380,8 +399,15 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start runtime: {e}"))
 }
 
+/// Where the origin serves, and whether it exits when idle.
+struct OriginListen {
+    addr: SocketAddr,
+    fd: Option<i32>,
+    idle_exit: Option<f64>,
+}
+
 fn run_origin(
-    listen: SocketAddr,
+    listen: OriginListen,
     seed: u64,
     dash_data: Option<&std::path::Path>,
     segment_delay: std::time::Duration,
@@ -402,12 +428,25 @@ fn run_origin(
         origin = origin.with_titles(t);
     }
     runtime()?.block_on(async {
-        let l = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let l = match listen.fd {
+            Some(fd) => vcdn_accel::reactive::inherited_listener(fd)
+                .and_then(tokio::net::TcpListener::from_std)
+                .map_err(|e| format!("--listen-fd {fd}: {e}"))?,
+            None => tokio::net::TcpListener::bind(listen.addr)
+                .await
+                .map_err(|e| format!("cannot listen on {}: {e}", listen.addr))?,
+        };
         let addr = l.local_addr().map_err(|e| e.to_string())?;
         println!("vcdn origin listening on http://{addr}");
-        vcdn_origin::run_with(l, origin).await;
+        match listen.idle_exit {
+            Some(s) => {
+                let idle = std::time::Duration::try_from_secs_f64(s)
+                    .map_err(|e| format!("--idle-exit {s}: {e}"))?;
+                vcdn_origin::run_until_idle(l, origin, idle).await;
+                tracing::info!(idle_s = s, "idle: exiting");
+            }
+            None => vcdn_origin::run_with(l, origin).await,
+        }
         Ok(())
     })
 }
