@@ -58,14 +58,10 @@ fn route(p: &Proxy, guard: &Guard, req: Request) -> Response {
                 "no chain table yet: PUT /chains, or start with --chains FILE",
             ),
         },
-        (Method::Get, "/rtt") => {
-            let rtt: HashMap<String, f64> = p
-                .connect_rtts()
-                .into_iter()
-                .map(|(n, d)| (n, d.as_secs_f64() * 1000.0))
-                .collect();
-            json_ok(json!({ "from": p.cfg.name, "rtt_ms": rtt, "method": "tcp-connect" }))
-        }
+        (Method::Get, "/rtt") => match p.rtt() {
+            Some(r) => json_ok(json!(r.snapshot())),
+            None => Response::problem(503, "the RTT service is not running yet"),
+        },
         (_, "/stats" | "/rtt") => {
             Response::problem(405, "method not allowed").header("Allow", "GET")
         }
@@ -159,7 +155,11 @@ fn metrics(p: &Proxy) -> String {
             cpu_seconds(),
         ),
     ];
-    m.render(&gauges, p.cfg.relay.as_str())
+    let mut out = m.render(&gauges, p.cfg.relay.as_str());
+    if let Some(r) = p.rtt() {
+        out.push_str(&r.metrics());
+    }
+    out
 }
 
 #[derive(Deserialize)]

@@ -192,8 +192,9 @@ pub struct Proxy {
     pool: Pool,
     pub estimator: SizeEstimator,
     pub metrics: Metrics,
-    /// Last connect time to each peer, a first RTT measurement.
-    connect_rtt: Mutex<HashMap<String, Duration>>,
+    /// The RTT measurement service (probes, reports to the controller),
+    /// started with the proxy; connect times of hop connections feed it.
+    rtt: std::sync::OnceLock<crate::rtt::RttService>,
     pub started: Instant,
     /// `net.ipv4.tcp_slow_start_after_idle` as found after trying to set it to 0.
     pub slow_start_after_idle: Option<u8>,
@@ -353,7 +354,7 @@ impl Proxy {
             pool: Pool::new(Duration::from_secs(60)),
             estimator: SizeEstimator::default(),
             metrics: Metrics::default(),
-            connect_rtt: Mutex::new(HashMap::new()),
+            rtt: std::sync::OnceLock::new(),
             started: Instant::now(),
             slow_start_after_idle: None,
             exchanges: AtomicUsize::new(0),
@@ -386,6 +387,9 @@ impl Proxy {
                 self.pool.forget(&name);
             }
         }
+        if let Some(r) = self.rtt.get() {
+            r.set_peers(new.iter().map(|(k, v)| (k.clone(), *v)).collect());
+        }
         drop(new);
         // A new peer set is news about every peer: one marked down because
         // it was not started yet when this proxy pre-opened its pools gets
@@ -409,8 +413,9 @@ impl Proxy {
         Ok(())
     }
 
-    pub fn connect_rtts(&self) -> HashMap<String, Duration> {
-        self.connect_rtt.lock().clone()
+    /// The RTT measurement service (none before `start`).
+    pub fn rtt(&self) -> Option<&crate::rtt::RttService> {
+        self.rtt.get()
     }
 
     pub fn pooled(&self) -> usize {
@@ -514,9 +519,10 @@ impl Proxy {
                 Ok(Err(e)) => return Err(format!("cannot connect to {name} ({addr}): {e}")),
                 Err(_) => return Err(format!("connecting to {name} ({addr}) timed out")),
             };
-        self.connect_rtt
-            .lock()
-            .insert(name.to_string(), t0.elapsed());
+        // A connect is one SYN/SYN-ACK round trip: an RTT sample for free.
+        if let Some(r) = self.rtt.get() {
+            r.observe(name, t0.elapsed());
+        }
         tune_hop_socket(&s);
         self.metrics.hop_opened.fetch_add(1, Ordering::Relaxed);
         Ok(Conn::new(s))
@@ -1375,6 +1381,26 @@ pub async fn start(
     cfg.warm = cfg.warm.min(crate::pool::MAX_IDLE_PER_KEY);
     let mut proxy = Proxy::new(cfg)?;
     proxy.slow_start_after_idle = slow_start_after_idle_off(proxy.cfg.tune_sysctl);
+    let mut rc = crate::rtt::RttConfig::new(&proxy.cfg.name, &proxy.cfg.service);
+    rc.peers = proxy
+        .cfg
+        .peers
+        .iter()
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    if let Some(url) = &proxy.cfg.controller {
+        let token = proxy
+            .cfg
+            .controller_token
+            .clone()
+            .ok_or("--controller needs --controller-token (or VCDN_PROXY_CONTROLLER_TOKEN)")?;
+        rc.controller = Some(crate::rtt::Controller {
+            url: url.clone(),
+            token,
+        });
+    }
+    let rtt = crate::rtt::RttService::start(rc).map_err(|e| format!("--controller: {e}"))?;
+    let _ = proxy.rtt.set(rtt);
     let proxy = Arc::new(proxy);
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let listen = listener.local_addr().map_err(|e| e.to_string())?;

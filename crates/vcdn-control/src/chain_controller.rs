@@ -38,6 +38,22 @@ pub fn report_token(hop_key: &str) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether a reported row differs from the stored one by more than
+/// measurement noise: a peer came or went, or an RTT moved by more than
+/// max(1 ms, 10 %) (the proxies' own report threshold, applied again so
+/// that their periodic full reports do not churn the tables).
+fn moved(old: &BTreeMap<String, f64>, new: &BTreeMap<String, f64>) -> bool {
+    old.len() != new.len()
+        || new.iter().any(|(peer, ms)| {
+            old.get(peer)
+                .is_none_or(|o| (ms - o).abs() > f64::max(1.0, 0.1 * o))
+        })
+}
+
+/// One computation and push at a time: two reports arriving together
+/// must not let an older table overwrite a newer one at a proxy.
+static PUSHING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// An RTT report as a proxy sends it.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,7 +183,7 @@ impl Control {
                     None => {} // unreachable: no link
                 }
             }
-            let changed = a.rtt_ms.get(&r.from) != Some(&row);
+            let changed = a.rtt_ms.get(&r.from).is_none_or(|old| moved(old, &row));
             if changed {
                 a.rtt_ms.insert(r.from.clone(), row);
                 let s = s.clone();
@@ -192,6 +208,12 @@ impl Control {
     /// own (`PUT /chains`). Failures are logged: the proxy keeps its last
     /// table and gets the next one at the next change or period.
     pub async fn push_chains(&self, s: &Service) {
+        let _one = PUSHING.lock().await;
+        // The service as it is now (the caller's copy may predate a report).
+        let Ok(s) = self.find(&s.id, None).await else {
+            return;
+        };
+        let s = &s;
         let Some(a) = &s.graph.accel else { return };
         let computed = tables(a);
         if computed.is_empty() {
@@ -319,6 +341,15 @@ mod tests {
         let t = tables(&graph(&[("i", "m", 5.0)]));
         assert!(!t.contains_key("i") && !t.contains_key("m"));
         assert!(t.contains_key("e"));
+    }
+
+    #[test]
+    fn noise_within_the_threshold_is_not_a_change() {
+        let row = |v: &[(&str, f64)]| v.iter().map(|(k, ms)| (k.to_string(), *ms)).collect();
+        let old = row(&[("a", 0.05), ("b", 40.0)]);
+        assert!(!moved(&old, &row(&[("a", 0.4), ("b", 43.9)])));
+        assert!(moved(&old, &row(&[("a", 0.05), ("b", 44.5)])));
+        assert!(moved(&old, &row(&[("a", 0.05)])));
     }
 
     #[test]

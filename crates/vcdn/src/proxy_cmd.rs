@@ -1,8 +1,8 @@
 //! `vcdn proxy`: flags → `vcdn_accel::start`.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::os::fd::FromRawFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -62,6 +62,12 @@ pub struct ProxyArgs {
     /// Exit after this many seconds without a connection.
     #[arg(long)]
     idle_exit: Option<u64>,
+    /// Reactive start: hold `--listen` and start the proxy (this command
+    /// without `--reactive`, on the held socket) at the first connection,
+    /// again after it exits idle (`--idle-exit`, default 60 s here). The
+    /// admin API answers only while the proxy runs.
+    #[arg(long, conflicts_with = "listen_fd")]
+    reactive: bool,
     /// Who this process is to the control plane (in /healthz and /stats).
     #[arg(long, env = "VCDN_INSTANCE_ID")]
     instance_id: Option<String>,
@@ -90,6 +96,9 @@ fn parse_peer(s: &str) -> Result<(String, SocketAddr), String> {
 }
 
 pub fn run(a: ProxyArgs) -> Result<(), String> {
+    if a.reactive {
+        return hold(&a);
+    }
     if let Some(t) = &a.admin_token {
         vcdn_http::auth::check_token_strength("--admin-token", t)?;
     }
@@ -124,8 +133,8 @@ pub fn run(a: ProxyArgs) -> Result<(), String> {
     cfg.controller = a.controller;
     cfg.controller_token = a.controller_token;
     let listener = match (a.listen_fd, a.listen) {
-        // SAFETY: the parent handed us this descriptor as a listening socket.
-        (Some(fd), _) => unsafe { std::net::TcpListener::from_raw_fd(fd) },
+        (Some(fd), _) => vcdn_accel::reactive::inherited_listener(fd)
+            .map_err(|e| format!("--listen-fd {fd}: {e}"))?,
         (None, Some(addr)) => std::net::TcpListener::bind(addr)
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?,
         (None, None) => return Err("--listen or --listen-fd is required".into()),
@@ -148,4 +157,41 @@ pub fn run(a: ProxyArgs) -> Result<(), String> {
     // Connections still open after the drain are dropped with the runtime.
     rt.shutdown_timeout(Duration::from_millis(100));
     Ok(())
+}
+
+/// `--reactive`: holds the listening socket and runs this very command
+/// line (without `--reactive` and `--listen`, with `--listen-fd 3` and an
+/// idle exit) whenever a connection waits and no proxy runs.
+fn hold(a: &ProxyArgs) -> Result<(), String> {
+    let addr = a.listen.ok_or("--reactive needs --listen")?;
+    let l =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let addr = l.local_addr().map_err(|e| e.to_string())?;
+    let mut args: Vec<OsString> = Vec::new();
+    let mut it = std::env::args_os().skip(1);
+    while let Some(x) = it.next() {
+        let s = x.to_string_lossy();
+        if s == "--reactive" || s.starts_with("--listen=") {
+            continue;
+        }
+        if s == "--listen" {
+            it.next();
+            continue;
+        }
+        args.push(x);
+    }
+    args.extend([
+        "--listen-fd".into(),
+        vcdn_accel::reactive::LISTEN_FD.to_string().into(),
+    ]);
+    if a.idle_exit.is_none() {
+        args.extend(["--idle-exit".into(), "60".into()]);
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    println!(
+        "vcdn proxy {} listening on http://{addr} (reactive: the proxy starts on the first connection)",
+        a.name
+    );
+    vcdn_accel::reactive::hold(l, exe, args, Default::default())
+        .map_err(|e| format!("holding {addr}: {e}"))
 }

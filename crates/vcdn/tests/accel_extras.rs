@@ -235,3 +235,84 @@ fn reactive_first_connection_penalty() {
         cm - wm
     );
 }
+
+/// `vcdn proxy --reactive`: the proxy's own reactive start. The holder
+/// keeps the port; the first client is served by a proxy started for it,
+/// which exits when idle and is started again by the next client.
+/// A process killed when dropped, also when the test fails.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_reactive_proxy_starts_on_the_first_connection_and_again_after_idle() {
+    let mut origin = Command::new(VCDN)
+        .args(["origin", "--listen", "127.0.0.1:0"])
+        .env("VCDN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("vcdn origin starts");
+    let out = drain(origin.stdout.take().unwrap());
+    let _origin = Kill(origin);
+    let line = out
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the origin prints its address");
+    let origin_addr: SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split([',', ' ', '/']).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let mut child = Command::new(VCDN)
+        .args([
+            "proxy",
+            "--reactive",
+            "--name",
+            "solo",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--service",
+            "shop",
+            "--origin",
+            &format!("http://{origin_addr}"),
+        ])
+        .args(["--idle-exit", "1", "--keep-sysctl"])
+        .env("VCDN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("vcdn proxy --reactive starts");
+    let lines = drain(child.stdout.take().unwrap());
+    let holder = child.id();
+    let _holder = Kill(child);
+    let first = lines
+        .recv_timeout(Duration::from_secs(10))
+        .expect("it prints its address");
+    let addr: SocketAddr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {first:?}"));
+    assert!(
+        children(holder).is_empty(),
+        "no proxy runs before a client comes"
+    );
+    for round in 0..2 {
+        let (ttfb, resp) = get(addr, "/size/1000");
+        assert!(resp.starts_with("HTTP/1.1 200"), "round {round}: {resp}");
+        assert!(
+            resp.ends_with(&"x".repeat(10)) || resp.len() > 1000,
+            "{resp}"
+        );
+        eprintln!("round {round}: first byte after {ttfb:?} (proxy started for it)");
+        assert_eq!(children(holder).len(), 1, "one proxy serves");
+        wait_for("the proxy to exit idle", 10, || children(holder).is_empty());
+    }
+}

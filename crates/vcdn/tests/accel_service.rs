@@ -111,20 +111,35 @@ async fn get_from(source: &str, to: SocketAddr, host: &str, target: &str) -> Str
 /// A proxy's or cache's admin `/stats` (the control plane's instance
 /// token, kept in its data directory).
 async fn stats(up: &Up, admin: &str) -> Value {
-    let token = std::fs::read_to_string(up.dir.join("instance-token")).unwrap();
+    admin_get(&up.dir, admin, "/stats").await.1
+}
+
+/// GET on a proxy's or cache's admin API: status and JSON.
+async fn admin_get(dir: &std::path::Path, admin: &str, path: &str) -> (u16, Value) {
+    let token = std::fs::read_to_string(dir.join("instance-token")).unwrap();
     let auth = format!("Bearer {}", token.trim());
     let r = client::request(
         admin.parse().unwrap(),
         "GET",
-        "/stats",
+        path,
         &[("Authorization", &auth)],
         b"",
         Duration::from_secs(2),
     )
     .await
     .expect("admin API answers");
-    assert_eq!(r.status(), 200, "{}", r.text());
-    serde_json::from_slice(&r.body).unwrap()
+    (
+        r.status(),
+        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+    )
+}
+
+/// The acceleration part of a service's graph (RTT matrix, tables).
+async fn accel_graph(up: &Up, id: &str) -> Value {
+    let (_, g) = up
+        .call(OP, "GET", &format!("/v1/services/{id}/graph"), None)
+        .await;
+    g["accel"].clone()
 }
 
 /// Bytes a proxy received from its next hops and the origin (`hops`).
@@ -353,6 +368,79 @@ async fn an_accelerated_service_serves_dynamic_content_through_its_chain_and_del
     })
     .await;
     assert!(billed, "proxy usage never reached the service's usage");
+
+    // The chain controller: the proxies measure their RTTs to each other
+    // and report them; the controller computes chains and sends every
+    // proxy its table. A restarted control plane loses none of it: the
+    // proxies keep their tables, the service keeps its matrix and tables,
+    // and what it sends again is the same version.
+    let admins: Vec<String> = ["paris", "lyon", "marseille"].map(admin_of).to_vec();
+    let dir = up.dir.to_path_buf();
+    let tables = || async {
+        let mut out = Vec::new();
+        for a in &admins {
+            let (st, t) = admin_get(&dir, a, "/chains").await;
+            out.push((st == 200).then_some(t));
+        }
+        out
+    };
+    let tables_now = || async {
+        let mut t = tables().await;
+        for x in t.iter_mut().flatten() {
+            x.as_object_mut().unwrap().remove("age_s");
+        }
+        t
+    };
+    // Settled: every proxy reported, and every proxy holds the version the
+    // service records.
+    let settled = eventually(20, || async {
+        let a = accel_graph(&up, &id).await;
+        let v = a["chains_version"].as_u64();
+        a["rtt_ms"].as_object().map(|m| m.len()) == Some(3)
+            && v >= Some(1)
+            && tables_now()
+                .await
+                .iter()
+                .all(|t| t.as_ref().is_some_and(|t| t["version"].as_u64() == v))
+    })
+    .await;
+    assert!(
+        settled,
+        "chain tables were not pushed: {:?}",
+        tables_now().await
+    );
+    let before = tables_now().await;
+    let version = accel_graph(&up, &id).await["chains_version"].as_u64();
+    up.kill();
+    let killed = std::time::Instant::now();
+    assert_eq!(
+        tables_now().await,
+        before,
+        "proxies keep their tables while the controller is down"
+    );
+    up.relaunch();
+    assert_eq!(
+        accel_graph(&up, &id).await["chains_version"].as_u64(),
+        version
+    );
+    // The restarted controller sends every proxy its table again: the same.
+    let resent = eventually(10, || async {
+        tables().await.iter().all(|t| {
+            t.as_ref()
+                .and_then(|t| t["age_s"].as_f64())
+                .is_some_and(|age| age < killed.elapsed().as_secs_f64())
+        })
+    })
+    .await;
+    assert!(
+        resent,
+        "the restarted controller did not send the tables again"
+    );
+    assert_eq!(
+        tables_now().await,
+        before,
+        "the restarted controller sends the same tables"
+    );
 
     // A killed proxy is relaunched like a cache.
     let victim = paris_proc.0;
