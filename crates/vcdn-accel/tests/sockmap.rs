@@ -97,3 +97,46 @@ async fn a_source_closing_mid_relay_is_an_error() {
         .expect("the 1000 bytes that arrived reach the sink")
         .unwrap();
 }
+
+/// A source that keeps sending past `n` (a hostile origin after its
+/// Content-Length) never gets those bytes to the target: the relay either
+/// stops at `n`, leaving them on `from` as splice would, or refuses.
+#[tokio::test]
+async fn bytes_past_n_never_reach_the_target() {
+    let map = Sockmap::new(8).expect("sockmap loads");
+    let (mut source, mut from) = pair().await;
+    let (mut to, mut sink) = pair().await;
+    let n = 200_000usize;
+    let writer = tokio::spawn(async move {
+        // Start after the relay joined, then stream well past n.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for _ in 0..20 {
+            if source.write_all(&[9u8; 100_000]).await.is_err() {
+                break;
+            }
+        }
+        source
+    });
+    let r = map
+        .relay_exact(&mut from, &mut to, n as u64, Duration::from_secs(5))
+        .await;
+    if let Err(e) = &r {
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    }
+    drop(to);
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), sink.read_to_end(&mut got))
+        .await
+        .expect("the target closes")
+        .unwrap();
+    assert!(
+        got.len() <= n,
+        "{} bytes reached the target, n = {n}",
+        got.len()
+    );
+    if r.is_ok() {
+        assert_eq!(got.len(), n);
+    }
+    drop(from);
+    let _ = writer.await;
+}
