@@ -32,7 +32,6 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
@@ -317,8 +316,8 @@ impl Sockmap {
     /// without progress.
     pub async fn relay_exact(
         &self,
-        from: &mut TcpStream,
-        to: &mut TcpStream,
+        from: &TcpStream,
+        to: &TcpStream,
         n: u64,
         timeout: Duration,
     ) -> io::Result<()> {
@@ -356,7 +355,7 @@ impl Sockmap {
                 // Let the target send every redirected byte first: order.
                 self.flushed(tfd, to_base, counted + copied, timeout)
                     .await?;
-                copied += self.drain(from, to, n - counted - copied).await?;
+                copied += self.drain(from, to, n - counted - copied, timeout).await?;
                 last_move = Instant::now();
             }
             if counted + copied >= n {
@@ -451,7 +450,13 @@ impl Sockmap {
     /// copied a second time, count it twice and move the socket's
     /// `copied_seq` past what arrived, after which the kernel stops calling
     /// the verdict (no data looks ready) and the relay stalls.
-    async fn drain(&self, from: &mut TcpStream, to: &mut TcpStream, left: u64) -> io::Result<u64> {
+    async fn drain(
+        &self,
+        from: &TcpStream,
+        to: &TcpStream,
+        left: u64,
+        timeout: Duration,
+    ) -> io::Result<u64> {
         let mut buf = vec![0u8; left.min(1 << 20) as usize];
         let mut copied = 0u64;
         while copied < left {
@@ -478,7 +483,7 @@ impl Sockmap {
                     _ => return Err(e),
                 }
             }
-            to.write_all(&buf[..got as usize]).await?;
+            crate::conn::write_all(to, &buf[..got as usize], timeout).await?;
             copied += got as u64;
         }
         Ok(copied)
