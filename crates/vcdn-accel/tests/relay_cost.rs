@@ -172,11 +172,11 @@ fn run(mode: Mode, size: u64, count: u32, map: &Sockmap) -> (f64, f64, f64) {
             rt.block_on(async {
                 from.set_nonblocking(true).unwrap();
                 to.set_nonblocking(true).unwrap();
-                let mut f = tokio::net::TcpStream::from_std(from).unwrap();
-                let mut t = tokio::net::TcpStream::from_std(to).unwrap();
+                let f = tokio::net::TcpStream::from_std(from).unwrap();
+                let t = tokio::net::TcpStream::from_std(to).unwrap();
                 let c0 = cpu(libc::RUSAGE_THREAD);
                 for _ in 0..count {
-                    map.relay_exact(&mut f, &mut t, size, Duration::from_secs(20))
+                    map.relay_exact(&f, &t, size, Duration::from_secs(20))
                         .await
                         .unwrap();
                     let _ = relayed.send(());
