@@ -126,9 +126,30 @@ impl Conn {
             self.buf.advance(ahead);
         }
         if n > ahead as u64 {
-            relay_exact(&self.stream, to, n - ahead as u64, pipe, t).await?;
+            match pipe.sockmap.clone() {
+                Some(map) => {
+                    map.relay_exact(&self.stream, to, n - ahead as u64, t)
+                        .await?
+                }
+                None => relay_exact(&self.stream, to, n - ahead as u64, pipe, t).await?,
+            }
         }
         Ok(())
+    }
+
+    /// As [`Conn::relay`], always through the pipe: frames are too short
+    /// for joining and leaving the sockmap to pay.
+    async fn relay_spliced(
+        &mut self,
+        to: &TcpStream,
+        n: u64,
+        pipe: &mut Pipe,
+        t: Duration,
+    ) -> io::Result<()> {
+        let map = pipe.sockmap.take();
+        let r = self.relay(to, n, pipe, t).await;
+        pipe.sockmap = map;
+        r
     }
 
     /// Moves `n` bytes as one or more frames (or raw).
@@ -145,7 +166,7 @@ impl Conn {
             if out == Out::Frames {
                 write_all(to, &(k as u32).to_be_bytes(), t).await?;
             }
-            self.relay(to, k, pipe, t).await?;
+            self.relay_spliced(to, k, pipe, t).await?;
             n -= k;
         }
         Ok(())

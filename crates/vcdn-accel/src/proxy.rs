@@ -205,6 +205,19 @@ pub struct Proxy {
     /// Wakes the pool keeper (a peer was added or failed).
     refill: tokio::sync::Notify,
     log_budget: Mutex<(u64, u32)>,
+    /// The verdict program and maps of `--relay sockmap` (loaded at start).
+    sockmap: Option<Arc<crate::sockmap::Sockmap>>,
+}
+
+/// Relays that may run at once with `--relay sockmap` (map entries).
+const SOCKMAP_RELAYS: u32 = 8192;
+
+impl Proxy {
+    /// A relaying task's pipe, with the sockmap when bodies go through it.
+    fn with_sockmap(&self, mut pipe: Pipe) -> Pipe {
+        pipe.sockmap = self.sockmap.clone();
+        pipe
+    }
 }
 
 /// Counts an exchange in flight while alive.
@@ -362,6 +375,7 @@ impl Proxy {
             shutdown,
             refill: tokio::sync::Notify::new(),
             log_budget: Mutex::new((0, 0)),
+            sockmap: None,
             origin,
             policy,
             cfg,
@@ -741,7 +755,7 @@ impl Proxy {
 
     /// The ingress: HTTP/1.1 requests of one client connection.
     async fn client_loop(&self, mut c: Conn, peer: SocketAddr) {
-        let mut pipe = match Pipe::new() {
+        let mut pipe = match Pipe::new().map(|p| self.with_sockmap(p)) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!("cannot make a pipe: {e}");
@@ -1205,7 +1219,7 @@ impl Proxy {
 
     /// A peer's hop connection: exchanges one after another.
     async fn hop_loop(&self, mut c: Conn, peer: SocketAddr) {
-        let mut pipe = match Pipe::new() {
+        let mut pipe = match Pipe::new().map(|p| self.with_sockmap(p)) {
             Ok(p) => p,
             Err(_) => return,
         };
@@ -1372,14 +1386,17 @@ pub async fn start(
     listener: std::net::TcpListener,
     admin: Option<SocketAddr>,
 ) -> Result<Running, String> {
-    if cfg.relay == RelayMode::Sockmap {
-        return Err("--relay sockmap is not available in this build (the sockmap relay is not wired in yet); use --relay splice".into());
-    }
     if cfg.hop_key.is_none() && (!cfg.peers.is_empty() || cfg.egress.is_some()) {
         tracing::warn!("no --hop-key: hop headers from peers will be refused and none can be sent");
     }
     cfg.warm = cfg.warm.min(crate::pool::MAX_IDLE_PER_KEY);
     let mut proxy = Proxy::new(cfg)?;
+    if proxy.cfg.relay == RelayMode::Sockmap {
+        let map = crate::sockmap::Sockmap::new(SOCKMAP_RELAYS).map_err(|e| {
+            format!("--relay sockmap: {e} (needs CAP_BPF and CAP_NET_ADMIN); use --relay splice")
+        })?;
+        proxy.sockmap = Some(Arc::new(map));
+    }
     proxy.slow_start_after_idle = slow_start_after_idle_off(proxy.cfg.tune_sysctl);
     let mut rc = crate::rtt::RttConfig::new(&proxy.cfg.name, &proxy.cfg.service);
     rc.peers = proxy

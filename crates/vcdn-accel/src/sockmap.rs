@@ -7,11 +7,13 @@
 //! program, so only the `from` sockets of running relays are intercepted;
 //! `targets` has no program (a `to` socket's own receive path stays
 //! untouched) and is where the verdict redirects to. A `HASH` map `relays`
-//! holds per `from` cookie the `to` cookie and a byte counter that the
-//! program increments atomically with each skb's length before it calls
-//! `bpf_sk_redirect_hash` to the egress of `to`. The program is
-//! hand-assembled eBPF (24 instructions) loaded with raw `bpf(2)`: no BPF
-//! toolchain is needed.
+//! holds per `from` cookie the `to` cookie, a byte counter, a limit and an
+//! excess counter: the program adds each skb's length to the counter and
+//! calls `bpf_sk_redirect_hash` to the egress of `to` while the sum stays
+//! within the limit, and drops (counting the excess) an skb that would
+//! cross it, so bytes a source sends past `n` never reach `to` (the relay
+//! then fails). The program is hand-assembled eBPF (31 instructions) loaded
+//! with raw `bpf(2)`: no BPF toolchain is needed.
 //!
 //! User space learns progress by polling the counter on a short timer. When
 //! it reaches `n` the relay removes `from` (no more redirects), waits until
@@ -21,14 +23,15 @@
 //!
 //! Bytes that were already queued on `from` before it joined the map are
 //! not seen by the verdict until more data arrives, so they are copied in
-//! user space first; if the counter stalls with bytes still waiting, the
+//! user space first, always emptying the receive queue (see `drain`: the
+//! verdict takes whole skbs, and a half-read one would be sent twice and
+//! stall the socket); if the counter stalls with bytes still waiting, the
 //! relay leaves the map and copies the rest itself (rare, correct, slower).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
@@ -71,45 +74,58 @@ const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
 }
 
 /// The verdict program: count the skb's bytes for its relay and redirect
-/// it to the relay's target; pass what belongs to no relay.
+/// it to the relay's target while the count stays within the relay's limit;
+/// drop (and count as excess) an skb that would cross it; pass what belongs
+/// to no relay. User space polls the counter, so without the limit a
+/// source that sends past `n` before the poll notices would have its next
+/// bytes redirected too (the kernel cannot split an skb here).
 fn verdict_program(relays: RawFd, targets: RawFd) -> Vec<Insn> {
     const MOV64_X: u8 = 0xbf;
     const MOV64_K: u8 = 0xb7;
     const ADD64_K: u8 = 0x07;
+    const ADD64_X: u8 = 0x0f;
     const STX_DW: u8 = 0x7b;
     const LDX_W: u8 = 0x61;
     const LDX_DW: u8 = 0x79;
     const ATOMIC_ADD_DW: u8 = 0xdb;
     const LD_IMM64: u8 = 0x18;
     const JEQ_K: u8 = 0x15;
+    const JGT_X: u8 = 0x2d;
     const CALL: u8 = 0x85;
     const EXIT: u8 = 0x95;
     const PSEUDO_MAP_FD: u8 = 1;
     vec![
-        insn(MOV64_X, 6, 1, 0, 0),                       // r6 = skb
-        insn(CALL, 0, 0, 0, BPF_FUNC_GET_SOCKET_COOKIE), // r0 = cookie(skb)
-        insn(STX_DW, 10, 0, -8, 0),                      // fp[-8] = r0
-        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, relays),     // r1 = &relays
-        insn(0, 0, 0, 0, 0),                             //
-        insn(MOV64_X, 2, 10, 0, 0),                      // r2 = fp
-        insn(ADD64_K, 2, 0, 0, -8),                      // r2 = fp - 8
-        insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),   // r0 = relays[cookie]
-        insn(JEQ_K, 0, 0, 13, 0),                        // none: pass
-        insn(MOV64_X, 7, 0, 0, 0),                       // r7 = relay
-        insn(LDX_W, 1, 6, 0, 0),                         // r1 = skb->len
-        insn(ATOMIC_ADD_DW, 7, 1, 8, 0),                 // relay.bytes += len
-        insn(LDX_DW, 1, 7, 0, 0),                        // r1 = relay.target
-        insn(STX_DW, 10, 1, -16, 0),                     // fp[-16] = target
-        insn(MOV64_X, 1, 6, 0, 0),                       // r1 = skb
-        insn(LD_IMM64, 2, PSEUDO_MAP_FD, 0, targets),    // r2 = &targets
-        insn(0, 0, 0, 0, 0),                             //
-        insn(MOV64_X, 3, 10, 0, 0),                      // r3 = fp
-        insn(ADD64_K, 3, 0, 0, -16),                     // r3 = fp - 16
-        insn(MOV64_K, 4, 0, 0, 0),                       // r4 = 0 (egress)
-        insn(CALL, 0, 0, 0, BPF_FUNC_SK_REDIRECT_HASH),  // redirect
-        insn(EXIT, 0, 0, 0, 0),                          //
-        insn(MOV64_K, 0, 0, 0, 1),                       // pass: SK_PASS
-        insn(EXIT, 0, 0, 0, 0),                          //
+        insn(MOV64_X, 6, 1, 0, 0),                       // 0: r6 = skb
+        insn(CALL, 0, 0, 0, BPF_FUNC_GET_SOCKET_COOKIE), // 1: r0 = cookie(skb)
+        insn(STX_DW, 10, 0, -8, 0),                      // 2: fp[-8] = r0
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, relays),     // 3: r1 = &relays
+        insn(0, 0, 0, 0, 0),                             // 4
+        insn(MOV64_X, 2, 10, 0, 0),                      // 5: r2 = fp
+        insn(ADD64_K, 2, 0, 0, -8),                      // 6: r2 = fp - 8
+        insn(CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM),   // 7: r0 = relays[cookie]
+        insn(JEQ_K, 0, 0, 20, 0),                        // 8: none: pass (29)
+        insn(MOV64_X, 7, 0, 0, 0),                       // 9: r7 = relay
+        insn(LDX_W, 1, 6, 0, 0),                         // 10: r1 = skb->len
+        insn(LDX_DW, 2, 7, 8, 0),                        // 11: r2 = relay.bytes
+        insn(ADD64_X, 2, 1, 0, 0),                       // 12: r2 += len
+        insn(LDX_DW, 3, 7, 16, 0),                       // 13: r3 = relay.limit
+        insn(JGT_X, 2, 3, 11, 0),                        // 14: r2 > r3: drop (26)
+        insn(STX_DW, 7, 2, 8, 0),                        // 15: relay.bytes = r2
+        insn(LDX_DW, 1, 7, 0, 0),                        // 16: r1 = relay.target
+        insn(STX_DW, 10, 1, -16, 0),                     // 17: fp[-16] = target
+        insn(MOV64_X, 1, 6, 0, 0),                       // 18: r1 = skb
+        insn(LD_IMM64, 2, PSEUDO_MAP_FD, 0, targets),    // 19: r2 = &targets
+        insn(0, 0, 0, 0, 0),                             // 20
+        insn(MOV64_X, 3, 10, 0, 0),                      // 21: r3 = fp
+        insn(ADD64_K, 3, 0, 0, -16),                     // 22: r3 = fp - 16
+        insn(MOV64_K, 4, 0, 0, 0),                       // 23: r4 = 0 (egress)
+        insn(CALL, 0, 0, 0, BPF_FUNC_SK_REDIRECT_HASH),  // 24: redirect
+        insn(EXIT, 0, 0, 0, 0),                          // 25
+        insn(ATOMIC_ADD_DW, 7, 1, 24, 0),                // 26: relay.excess += len
+        insn(MOV64_K, 0, 0, 0, 0),                       // 27: SK_DROP
+        insn(EXIT, 0, 0, 0, 0),                          // 28
+        insn(MOV64_K, 0, 0, 0, 1),                       // 29: pass: SK_PASS
+        insn(EXIT, 0, 0, 0, 0),                          // 30
     ]
 }
 
@@ -193,12 +209,18 @@ fn readable_bytes(fd: RawFd) -> usize {
     n.max(0) as usize
 }
 
-/// Per relay: the target's cookie and the bytes redirected so far.
+/// Per relay: the target's cookie, the bytes redirected so far, how many
+/// the verdict may redirect, and the bytes it dropped past that limit.
+/// Only the source's receive path writes `bytes` (serialised by the
+/// socket's lock), and user space rewrites the entry only while the source
+/// is out of the map.
 #[repr(C)]
 #[derive(Default, Clone, Copy)]
 struct RelayEntry {
     target: u64,
     bytes: u64,
+    limit: u64,
+    excess: u64,
 }
 
 /// The loaded program and its maps; one per process is enough, relays run
@@ -222,7 +244,7 @@ impl Sockmap {
     pub fn new(max_relays: u32) -> io::Result<Sockmap> {
         let sources = map_create(BPF_MAP_TYPE_SOCKHASH, 8, 8, max_relays)?;
         let targets = map_create(BPF_MAP_TYPE_SOCKHASH, 8, 8, max_relays)?;
-        let relays = map_create(BPF_MAP_TYPE_HASH, 8, 16, max_relays)?;
+        let relays = map_create(BPF_MAP_TYPE_HASH, 8, 32, max_relays)?;
         let prog = verdict_program(relays.as_raw_fd(), targets.as_raw_fd());
         let license = c"GPL";
         let mut log = vec![0u8; 64 * 1024];
@@ -262,7 +284,7 @@ impl Sockmap {
         })
     }
 
-    fn counted(&self, key: u64) -> u64 {
+    fn entry(&self, key: u64) -> RelayEntry {
         let mut e = RelayEntry::default();
         match map_op(
             BPF_MAP_LOOKUP_ELEM,
@@ -270,9 +292,22 @@ impl Sockmap {
             (&key as *const u64).cast(),
             (&mut e as *mut RelayEntry).cast(),
         ) {
-            Ok(()) => e.bytes,
-            Err(_) => 0,
+            Ok(()) => e,
+            Err(_) => RelayEntry::default(),
         }
+    }
+
+    fn counted(&self, key: u64) -> u64 {
+        self.entry(key).bytes
+    }
+
+    fn set_entry(&self, key: u64, e: &RelayEntry) -> io::Result<()> {
+        map_op(
+            BPF_MAP_UPDATE_ELEM,
+            &self.relays,
+            (&key as *const u64).cast(),
+            (e as *const RelayEntry).cast(),
+        )
     }
 
     /// Move exactly `n` bytes from `from` to `to` in the kernel; returns
@@ -281,8 +316,8 @@ impl Sockmap {
     /// without progress.
     pub async fn relay_exact(
         &self,
-        from: &mut TcpStream,
-        to: &mut TcpStream,
+        from: &TcpStream,
+        to: &TcpStream,
         n: u64,
         timeout: Duration,
     ) -> io::Result<()> {
@@ -291,7 +326,8 @@ impl Sockmap {
         let (to_base, from_base) = (written_total(tfd)?, received_total(ffd)?);
         let entry = RelayEntry {
             target: tc,
-            bytes: 0,
+            limit: n,
+            ..RelayEntry::default()
         };
         let tfd64 = tfd as u64;
         map_op(
@@ -306,12 +342,7 @@ impl Sockmap {
             to: Some(tc),
             relay: None,
         };
-        map_op(
-            BPF_MAP_UPDATE_ELEM,
-            &self.relays,
-            (&fc as *const u64).cast(),
-            (&entry as *const RelayEntry).cast(),
-        )?;
+        self.set_entry(fc, &entry)?;
         guard.relay = Some(fc);
         // Bytes copied in user space: those queued on `from` before it
         // joins the map, which the verdict sees only when more arrive (and
@@ -320,15 +351,11 @@ impl Sockmap {
         let mut last_move = Instant::now();
         loop {
             let counted = self.counted(fc);
-            let queued = (readable_bytes(ffd) as u64).min(n.saturating_sub(counted + copied));
-            if queued > 0 {
+            if readable_bytes(ffd) > 0 && counted + copied < n {
                 // Let the target send every redirected byte first: order.
                 self.flushed(tfd, to_base, counted + copied, timeout)
                     .await?;
-                let mut buf = vec![0u8; queued as usize];
-                from.read_exact(&mut buf).await?;
-                to.write_all(&buf).await?;
-                copied += queued;
+                copied += self.drain(from, to, n - counted - copied, timeout).await?;
                 last_move = Instant::now();
             }
             if counted + copied >= n {
@@ -348,7 +375,15 @@ impl Sockmap {
                     ),
                 ));
             }
-            // Join and wait for the counter to reach `n`.
+            // Join and wait for the counter to reach `n`; the verdict may
+            // redirect only what user space has not copied.
+            self.set_entry(
+                fc,
+                &RelayEntry {
+                    limit: n - copied,
+                    ..self.entry(fc)
+                },
+            )?;
             let ffd64 = ffd as u64;
             map_op(
                 BPF_MAP_UPDATE_ELEM,
@@ -359,8 +394,9 @@ impl Sockmap {
             guard.from = Some(fc);
             let mut last = counted;
             loop {
-                let c = self.counted(fc);
-                if c + copied >= n {
+                let e = self.entry(fc);
+                let c = e.bytes;
+                if c + copied >= n || e.excess > 0 {
                     break;
                 }
                 if c != last {
@@ -385,14 +421,17 @@ impl Sockmap {
                 tokio::time::sleep(self.poll).await;
             }
             guard.leave_source();
+            if self.entry(fc).excess > 0 {
+                break;
+            }
         }
-        let counted = self.counted(fc);
-        if counted + copied > n {
+        let e = self.entry(fc);
+        if e.excess > 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
                     "sockmap relay: {} bytes arrived where {n} were expected",
-                    counted + copied
+                    e.bytes + e.excess + copied
                 ),
             ));
         }
@@ -401,6 +440,53 @@ impl Sockmap {
         self.flushed(tfd, to_base, n, timeout).await?;
         drop(guard);
         Ok(())
+    }
+
+    /// Copy in user space what is queued on `from`, up to `left` bytes,
+    /// reading until the queue is empty. Reading less than all that is
+    /// queued could leave an skb half read (new segments coalesce into the
+    /// last queued skb between a `FIONREAD` and the read), and the verdict
+    /// gets whole skbs (`tcp_read_skb`): it would redirect the half already
+    /// copied a second time, count it twice and move the socket's
+    /// `copied_seq` past what arrived, after which the kernel stops calling
+    /// the verdict (no data looks ready) and the relay stalls.
+    async fn drain(
+        &self,
+        from: &TcpStream,
+        to: &TcpStream,
+        left: u64,
+        timeout: Duration,
+    ) -> io::Result<u64> {
+        let mut buf = vec![0u8; left.min(1 << 20) as usize];
+        let mut copied = 0u64;
+        while copied < left {
+            let want = (left - copied).min(buf.len() as u64) as usize;
+            // A plain non-blocking recv: tokio's `try_read` answers
+            // WouldBlock without asking the kernel until its reactor has
+            // seen the socket readable.
+            let got = unsafe {
+                libc::recv(
+                    from.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    want,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if got == 0 {
+                break;
+            }
+            if got < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => break,
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+            crate::conn::write_all(to, &buf[..got as usize], timeout).await?;
+            copied += got as u64;
+        }
+        Ok(copied)
     }
 
     /// Wait until `to` has taken `bytes` into its send path since `base`.

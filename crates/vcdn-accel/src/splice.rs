@@ -5,10 +5,13 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+
+use crate::sockmap::Sockmap;
 
 /// Pipe capacity asked for (the kernel may give less: it keeps its own).
 const PIPE_SIZE: i32 = 1 << 20;
@@ -21,6 +24,10 @@ pub struct Pipe {
     cap: usize,
     /// Bytes sitting in the pipe.
     held: usize,
+    /// With `--relay sockmap`: the loaded verdict program that bodies of
+    /// known length go through instead of this pipe (it rides along with
+    /// the pipe because every relaying call already gets the pipe).
+    pub sockmap: Option<Arc<Sockmap>>,
 }
 
 impl Pipe {
@@ -42,13 +49,16 @@ impl Pipe {
             w,
             cap: if cap > 0 { cap as usize } else { 65536 },
             held: 0,
+            sockmap: None,
         })
     }
 
     /// This pipe, or a new one when a failed relay left bytes in it.
     pub fn clean(&mut self) -> io::Result<()> {
         if self.held != 0 {
+            let sockmap = self.sockmap.take();
             *self = Pipe::new()?;
+            self.sockmap = sockmap;
         }
         Ok(())
     }

@@ -89,12 +89,15 @@ fn splice_exact(from: &TcpStream, to: &TcpStream, n: u64, pipe: (i32, i32)) {
 }
 
 /// The source sends `count` exchanges of `size` bytes, each only after the
-/// sink has the previous one (a hop carries one exchange at a time).
+/// sink has the previous one and the relay (if any) has returned: a hop
+/// carries one exchange at a time, and the proxy sends the next request
+/// only after it relayed the previous answer.
 fn endpoints(
     mut source: TcpStream,
     mut sink: TcpStream,
     size: u64,
     count: u32,
+    relayed: Option<std::sync::mpsc::Receiver<()>>,
 ) -> (std::thread::JoinHandle<()>, std::thread::JoinHandle<()>) {
     let (done, next) = std::sync::mpsc::channel::<()>();
     let writer = std::thread::spawn(move || {
@@ -107,6 +110,9 @@ fn endpoints(
                 left -= n as u64;
             }
             let _ = next.recv();
+            if let Some(r) = &relayed {
+                let _ = r.recv();
+            }
         }
     });
     let reader = std::thread::spawn(move || {
@@ -139,7 +145,8 @@ fn run(mode: Mode, size: u64, count: u32, map: &Sockmap) -> (f64, f64, f64) {
         s.set_nodelay(true).unwrap();
     }
     let t0 = (Instant::now(), cpu(libc::RUSAGE_SELF), kernel_workers());
-    let (writer, reader) = endpoints(source, sink, size, count);
+    let (relayed, relays) = std::sync::mpsc::channel::<()>();
+    let (writer, reader) = endpoints(source, sink, size, count, Some(relays));
     let relay_cpu = match mode {
         Mode::Splice => {
             let mut p = [0; 2];
@@ -150,6 +157,7 @@ fn run(mode: Mode, size: u64, count: u32, map: &Sockmap) -> (f64, f64, f64) {
             let c0 = cpu(libc::RUSAGE_THREAD);
             for _ in 0..count {
                 splice_exact(&from, &to, size, (p[0], p[1]));
+                let _ = relayed.send(());
             }
             let c = cpu(libc::RUSAGE_THREAD) - c0;
             unsafe { libc::close(p[0]) };
@@ -164,13 +172,14 @@ fn run(mode: Mode, size: u64, count: u32, map: &Sockmap) -> (f64, f64, f64) {
             rt.block_on(async {
                 from.set_nonblocking(true).unwrap();
                 to.set_nonblocking(true).unwrap();
-                let mut f = tokio::net::TcpStream::from_std(from).unwrap();
-                let mut t = tokio::net::TcpStream::from_std(to).unwrap();
+                let f = tokio::net::TcpStream::from_std(from).unwrap();
+                let t = tokio::net::TcpStream::from_std(to).unwrap();
                 let c0 = cpu(libc::RUSAGE_THREAD);
                 for _ in 0..count {
-                    map.relay_exact(&mut f, &mut t, size, Duration::from_secs(20))
+                    map.relay_exact(&f, &t, size, Duration::from_secs(20))
                         .await
                         .unwrap();
+                    let _ = relayed.send(());
                 }
                 cpu(libc::RUSAGE_THREAD) - c0
             })
@@ -189,7 +198,7 @@ fn run(mode: Mode, size: u64, count: u32, map: &Sockmap) -> (f64, f64, f64) {
 fn run_direct(size: u64, count: u32) -> (f64, f64, f64) {
     let (source, sink) = pair();
     let t0 = (Instant::now(), cpu(libc::RUSAGE_SELF), kernel_workers());
-    let (writer, reader) = endpoints(source, sink, size, count);
+    let (writer, reader) = endpoints(source, sink, size, count, None);
     writer.join().unwrap();
     reader.join().unwrap();
     (

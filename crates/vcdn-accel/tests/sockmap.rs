@@ -41,7 +41,7 @@ async fn relays_exact_byte_counts_repeatedly_on_the_same_connections() {
             sink.read_exact(&mut got).await.unwrap();
             (sink, got)
         });
-        map.relay_exact(&mut from, &mut to, n as u64, Duration::from_secs(10))
+        map.relay_exact(&from, &to, n as u64, Duration::from_secs(10))
             .await
             .unwrap_or_else(|e| panic!("round {round} ({n} bytes): {e}"));
         source = writer.await.unwrap();
@@ -65,12 +65,12 @@ async fn relays_exact_byte_counts_repeatedly_on_the_same_connections() {
 #[tokio::test]
 async fn a_closed_source_is_an_error_not_a_hang() {
     let map = Sockmap::new(8).expect("sockmap loads");
-    let (mut source, mut from) = pair().await;
-    let (mut to, _sink) = pair().await;
+    let (mut source, from) = pair().await;
+    let (to, _sink) = pair().await;
     source.write_all(&[7u8; 1000]).await.unwrap();
     drop(source);
     let e = map
-        .relay_exact(&mut from, &mut to, 5000, Duration::from_secs(5))
+        .relay_exact(&from, &to, 5000, Duration::from_secs(5))
         .await
         .unwrap_err();
     assert!(matches!(e.kind(), std::io::ErrorKind::UnexpectedEof), "{e}");
@@ -79,14 +79,14 @@ async fn a_closed_source_is_an_error_not_a_hang() {
 #[tokio::test]
 async fn a_source_closing_mid_relay_is_an_error() {
     let map = Sockmap::new(8).expect("sockmap loads");
-    let (mut source, mut from) = pair().await;
-    let (mut to, mut sink) = pair().await;
+    let (mut source, from) = pair().await;
+    let (to, mut sink) = pair().await;
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
         source.write_all(&[7u8; 1000]).await.unwrap();
     });
     let e = map
-        .relay_exact(&mut from, &mut to, 5000, Duration::from_secs(5))
+        .relay_exact(&from, &to, 5000, Duration::from_secs(5))
         .await
         .unwrap_err();
     assert!(matches!(e.kind(), std::io::ErrorKind::UnexpectedEof), "{e}");
@@ -96,4 +96,47 @@ async fn a_source_closing_mid_relay_is_an_error() {
         .await
         .expect("the 1000 bytes that arrived reach the sink")
         .unwrap();
+}
+
+/// A source that keeps sending past `n` (a hostile origin after its
+/// Content-Length) never gets those bytes to the target: the relay either
+/// stops at `n`, leaving them on `from` as splice would, or refuses.
+#[tokio::test]
+async fn bytes_past_n_never_reach_the_target() {
+    let map = Sockmap::new(8).expect("sockmap loads");
+    let (mut source, from) = pair().await;
+    let (to, mut sink) = pair().await;
+    let n = 200_000usize;
+    let writer = tokio::spawn(async move {
+        // Start after the relay joined, then stream well past n.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for _ in 0..20 {
+            if source.write_all(&[9u8; 100_000]).await.is_err() {
+                break;
+            }
+        }
+        source
+    });
+    let r = map
+        .relay_exact(&from, &to, n as u64, Duration::from_secs(5))
+        .await;
+    if let Err(e) = &r {
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    }
+    drop(to);
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), sink.read_to_end(&mut got))
+        .await
+        .expect("the target closes")
+        .unwrap();
+    assert!(
+        got.len() <= n,
+        "{} bytes reached the target, n = {n}",
+        got.len()
+    );
+    if r.is_ok() {
+        assert_eq!(got.len(), n);
+    }
+    drop(from);
+    let _ = writer.await;
 }

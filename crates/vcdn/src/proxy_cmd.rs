@@ -56,7 +56,8 @@ pub struct ProxyArgs {
     /// congestion window (0: no warm-up; at most 4 MiB).
     #[arg(long, default_value_t = 256 * 1024)]
     warmup_bytes: u64,
-    /// How bodies are relayed: splice, or sockmap when built in.
+    /// How bodies of known length are relayed: splice, or sockmap (a BPF
+    /// sk_skb redirect; needs CAP_BPF and CAP_NET_ADMIN).
     #[arg(long, default_value = "splice", value_parser = ["splice", "sockmap"])]
     relay: String,
     /// Exit after this many seconds without a connection.
