@@ -26,6 +26,11 @@
 # setups interleaved per run so drift hits all alike. Warm setups are
 # given 5 warm-up requests first.
 #
+# ORIGIN_KEEP_WINDOW=1 also keeps the origin's window across idle (the
+# warm reverse proxy's best case: its kept-alive connection stays warm only
+# if the origin's kernel does not restart slow start after idle, which
+# Linux does by default); outputs are then named fig5-origin-keeps-window.
+#
 # Output: raw/fig5.csv, fig5.png, fig5.md. Needs root, curl, haproxy,
 # python3 with matplotlib. Takes ~10 minutes with RUNS=30.
 #
@@ -72,6 +77,8 @@ declare -A AT=([client]=0 [front]=2 [q1]=45 [mid]=90 [q3]=135 [back]=178 [origin
   done
 } >"$WORK/rtt.csv"
 KEEP=(); for n in front q1 mid q3 back; do KEEP+=(--keep-window "$n"); done
+NAME=fig5
+if [[ -n ${ORIGIN_KEEP_WINDOW:-} ]]; then KEEP+=(--keep-window origin); NAME=fig5-origin-keeps-window; fi
 "$VCDN" testbed --rtt-matrix "$WORK/rtt.csv" --rate-mbit "$RATE_MBIT" "${KEEP[@]}" \
   >"$WORK/tb.out" 2>"$WORK/tb.err" &
 TB_PID=$!
@@ -187,7 +194,7 @@ for s in warm-proxy vcdn; do
 done
 
 mkdir -p "$HERE/raw"
-OUT="$HERE/raw/fig5.csv"
+OUT="$HERE/raw/$NAME.csv"
 echo "setup,size,run,connect_s,starttransfer_s,total_s,bytes" >"$OUT"
 for size in $SIZES; do
   for run in $(seq "$RUNS"); do
@@ -201,4 +208,4 @@ for size in $SIZES; do
   done
   echo "size $size done"
 done
-python3 "$HERE/fig5.py" "$OUT" "$HERE"
+python3 "$HERE/fig5.py" "$OUT" "$HERE" "$NAME"
