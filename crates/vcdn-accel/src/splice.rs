@@ -95,12 +95,28 @@ pub async fn relay_exact(
 ) -> io::Result<()> {
     pipe.clean()?;
     let mut left = n;
+    // The last read found no room in the pipe, or no data: which one is
+    // unknown while the pipe holds bytes (see below).
+    let mut read_blocked = false;
     while left > 0 || pipe.held > 0 {
         let mut progress = false;
         if left > 0 && pipe.held < pipe.cap {
             let want = (left as usize).min(pipe.cap - pipe.held);
             let w = pipe.w.as_raw_fd();
-            match from.try_io(Interest::READABLE, || splice(from.as_raw_fd(), w, want)) {
+            // EAGAIN from socket → pipe means "socket empty" or "pipe full":
+            // a pipe holds a number of buffers, not of bytes, and a TCP
+            // segment can take a whole one, so it fills long before `cap`
+            // bytes. Only when the pipe is empty is it surely the socket,
+            // and only then may the socket's readiness be cleared; clearing
+            // it on a full pipe would wait for data that already arrived
+            // (a lost wakeup: the relay stalls with bytes in the socket).
+            let r = if pipe.held == 0 {
+                from.try_io(Interest::READABLE, || splice(from.as_raw_fd(), w, want))
+            } else {
+                splice(from.as_raw_fd(), w, want)
+            };
+            read_blocked = false;
+            match r {
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
@@ -112,7 +128,7 @@ pub async fn relay_exact(
                     pipe.held += k;
                     progress = true;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => read_blocked = true,
                 Err(e) => return Err(e),
             }
         }
@@ -131,7 +147,10 @@ pub async fn relay_exact(
         if progress {
             continue;
         }
-        let can_fill = left > 0 && pipe.held < pipe.cap;
+        // With bytes in the pipe, a blocked read waits for the pipe to
+        // drain (the socket's readiness was kept, so waiting on it would
+        // spin); with an empty pipe it waits for the socket.
+        let can_fill = left > 0 && pipe.held < pipe.cap && !(read_blocked && pipe.held > 0);
         let can_drain = pipe.held > 0;
         let wait = async {
             tokio::select! {

@@ -387,24 +387,7 @@ impl Control {
             for r in &s.graph.regions {
                 for i in &r.instances {
                     usage.vcpu_seconds += i.vcpus as f64 * dt.as_secs_f64();
-                    let stats = match i.admin.parse::<SocketAddr>() {
-                        Ok(a) => vcdn_http::client::request(
-                            a,
-                            "GET",
-                            "/stats",
-                            &[("Authorization", &auth)],
-                            b"",
-                            Duration::from_secs(1),
-                        )
-                        .await
-                        .ok()
-                        .filter(|r| r.status() == 200)
-                        .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
-                        // Another process on its address is not it: its
-                        // counters are not this instance's usage.
-                        .filter(|v| deployer::claimed_identity(v) == i.identity()),
-                        Err(_) => None,
-                    };
+                    let stats = instance_stats(i, &auth).await;
                     let mut rt = self.runtime.lock();
                     let rt = rt.entry(s.id.clone()).or_default();
                     let Some(v) = stats else {
@@ -515,27 +498,7 @@ impl Control {
             let vcpu_s = i.vcpus as f64 * dt.as_secs_f64();
             usage.vcpu_seconds += vcpu_s;
             usage.accel.vcpu_seconds += vcpu_s;
-            let stats = match i.admin.parse::<SocketAddr>() {
-                Ok(addr) => vcdn_http::client::request(
-                    addr,
-                    "GET",
-                    "/stats",
-                    &[("Authorization", &auth)],
-                    b"",
-                    Duration::from_secs(1),
-                )
-                .await
-                .ok()
-                .filter(|r| r.status() == 200)
-                .and_then(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
-                // Only the instance's own counters (proxies may omit
-                // their identity in /stats; /healthz proved it).
-                .filter(|v| {
-                    let who = deployer::claimed_identity(v);
-                    who.is_empty() || who == i.identity()
-                }),
-                Err(_) => None,
-            };
+            let stats = instance_stats(i, &auth).await;
             let mut rt = self.runtime.lock();
             let rt = rt.entry(s.id.clone()).or_default();
             let Some(v) = stats else {
@@ -1067,6 +1030,27 @@ impl Control {
             .await;
         }
     }
+}
+
+/// An instance's `/stats` (cache or proxy), if it answers as itself:
+/// another process on its address is not it, and its counters are not
+/// this instance's usage.
+async fn instance_stats(i: &Instance, auth: &str) -> Option<serde_json::Value> {
+    let addr = i.admin.parse::<SocketAddr>().ok()?;
+    let r = vcdn_http::client::request(
+        addr,
+        "GET",
+        "/stats",
+        &[("Authorization", auth)],
+        b"",
+        Duration::from_secs(1),
+    )
+    .await
+    .ok()
+    .filter(|r| r.status() == 200)?;
+    serde_json::from_slice::<serde_json::Value>(&r.body)
+        .ok()
+        .filter(|v| deployer::claimed_identity(v) == i.identity())
 }
 
 #[cfg(test)]

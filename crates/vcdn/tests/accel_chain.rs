@@ -7,13 +7,14 @@
 //! killed, new requests fall back to a shorter chain within a second.
 //! Needs root.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use support::bed::{start_in, InNode};
 use vcdn_netem::testbed::{Testbed, TestbedSpec};
+
+mod support;
 
 const KEY: &str = "hop-key-0123456789abcdef0123456789";
 const TOKEN: &str = "admin-token-0123456789abcdef012345";
@@ -22,17 +23,6 @@ const NODES: [&str; 5] = ["client", "ingress", "transport", "egress", "origin"];
 /// is the distance (at least 1 ms). Direct client–origin: 122 ms; the
 /// chain's hops: 1, 60, 60, 1.
 const AT: [u64; 5] = [0, 1, 61, 121, 122];
-
-/// A child process killed when dropped (the test bed kills what is left
-/// in its namespaces too).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn bed() -> Testbed {
     let mut spec = TestbedSpec::new(NODES).unwrap().rate_all(100_000_000);
@@ -52,36 +42,7 @@ fn addr(tb: &Testbed, node: &str, port: u16) -> SocketAddr {
     SocketAddr::from((tb.addr(node).unwrap(), port))
 }
 
-/// Starts `vcdn ARGS` in `node` and waits for the line that says it
-/// listens.
-fn start(tb: &Testbed, node: &str, args: &[String]) -> Proc {
-    let mut child = tb
-        .command(node, env!("CARGO_BIN_EXE_vcdn"))
-        .unwrap()
-        .args(args)
-        .env("VCDN_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("vcdn starts in the node");
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let p = Proc(child);
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("vcdn {args:?} in {node} prints where it listens"));
-        if line.contains("listening on") {
-            return p;
-        }
-    }
-}
-
-fn proxy(tb: &Testbed, name: &str, peers: &[&str], chains: Option<&str>) -> Proc {
+fn proxy(tb: &Testbed, name: &str, peers: &[&str], chains: Option<&str>) -> InNode {
     let mut args: Vec<String> = [
         "proxy",
         "--name",
@@ -109,7 +70,7 @@ fn proxy(tb: &Testbed, name: &str, peers: &[&str], chains: Option<&str>) -> Proc
     if let Some(c) = chains {
         args.extend(["--chains".into(), c.into()]);
     }
-    start(tb, name, &args)
+    start_in(tb, name, &args)
 }
 
 /// GETs `path` from `node` on a fresh connection: (status line, body,
@@ -125,7 +86,12 @@ fn fetch(tb: &Testbed, node: &str, to: SocketAddr, path: &str) -> (String, Vec<u
         )
         .unwrap();
         let mut raw = Vec::new();
-        s.read_to_end(&mut raw).expect("read the answer");
+        s.read_to_end(&mut raw).unwrap_or_else(|e| {
+            panic!(
+                "read the answer of {to}{path} after {} bytes: {e}",
+                raw.len()
+            )
+        });
         let took = t0.elapsed();
         let split = raw
             .windows(4)
@@ -146,7 +112,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 #[test]
 fn a_chain_of_three_proxies_is_faster_than_direct_and_falls_back_when_one_dies() {
     let tb = bed();
-    let _origin = start(
+    let _origin = start_in(
         &tb,
         "origin",
         &[

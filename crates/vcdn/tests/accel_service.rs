@@ -41,24 +41,9 @@ impl Drop for ProxyGuard {
 
 /// `vcdn proxy` processes whose command line passes `keep`.
 fn proxy_processes(keep: impl Fn(&[String]) -> bool) -> Vec<(u32, Vec<String>)> {
-    std::fs::read_dir("/proc")
+    up::vcdn_processes("proxy")
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let c = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            if stat.rsplit(')').next()?.trim_start().starts_with('Z') {
-                return None;
-            }
-            let args: Vec<String> = c
-                .split(|&b| b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let ours = args.get(1).map(String::as_str) == Some("proxy") && keep(&args);
-            ours.then_some((pid, args))
-        })
+        .filter(|(_, args)| keep(args))
         .collect()
 }
 

@@ -3,54 +3,28 @@
 //! also under load), TCP slow start doubles per round trip, rate limits and
 //! drop-tail queues hold, and nothing is left behind. Needs root.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::bed::{start_in, InNode};
 use vcdn_netem::testbed::{Testbed, TestbedSpec};
+
+mod support;
 
 const MS: Duration = Duration::from_millis(1);
 
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `vcdn origin` inside `node`, listening on its address, port 8000.
-fn origin_in(tb: &Testbed, node: &str) -> (Proc, SocketAddr) {
+fn origin_in(tb: &Testbed, node: &str) -> (InNode, SocketAddr) {
     let addr = SocketAddr::from((tb.addr(node).unwrap(), 8000));
-    let mut child = tb
-        .command(node, env!("CARGO_BIN_EXE_vcdn"))
-        .unwrap()
-        .args(["origin", "--listen", &addr.to_string()])
-        .env("VCDN_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("vcdn origin starts in the node");
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let p = Proc(child);
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("origin prints where it listens");
-        if line.contains("listening on") {
-            return (p, addr);
-        }
-    }
+    let p = start_in(
+        tb,
+        node,
+        &["origin".into(), "--listen".into(), addr.to_string()],
+    );
+    (p, addr)
 }
 
 /// Connects from `node` (the socket lives in its namespace).

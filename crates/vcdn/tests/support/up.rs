@@ -63,9 +63,8 @@ pub struct CacheProc {
     pub flags: HashMap<String, String>,
 }
 
-/// `vcdn cache` processes listening on `port` (on any address).
-pub fn caches(port: u16) -> Vec<CacheProc> {
-    let suffix = format!(":{port}");
+/// Live (not zombie) `vcdn SUBCOMMAND` processes: pid and arguments.
+pub fn vcdn_processes(subcommand: &str) -> Vec<(u32, Vec<String>)> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -81,9 +80,17 @@ pub fn caches(port: u16) -> Vec<CacheProc> {
                 .split(|&b| b == 0)
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
-            if args.get(1).map(String::as_str) != Some("cache") {
-                return None;
-            }
+            (args.get(1).map(String::as_str) == Some(subcommand)).then_some((pid, args))
+        })
+        .collect()
+}
+
+/// `vcdn cache` processes listening on `port` (on any address).
+pub fn caches(port: u16) -> Vec<CacheProc> {
+    let suffix = format!(":{port}");
+    vcdn_processes("cache")
+        .into_iter()
+        .filter_map(|(pid, args)| {
             let flags: HashMap<String, String> = args
                 .windows(2)
                 .filter(|w| w[0].starts_with("--"))

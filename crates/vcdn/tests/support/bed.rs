@@ -1,0 +1,49 @@
+//! `vcdn` processes inside the nodes of the packet-level test bed
+//! (`vcdn_netem::testbed`).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use vcdn_netem::testbed::Testbed;
+
+/// A process in a node, killed when dropped (the bed also kills whatever
+/// is left in its namespaces when it is dropped).
+pub struct InNode(pub Child);
+
+impl Drop for InNode {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `vcdn ARGS` in `node` and waits for the line that says where it
+/// listens.
+pub fn start_in(tb: &Testbed, node: &str, args: &[String]) -> InNode {
+    let mut child = tb
+        .command(node, env!("CARGO_BIN_EXE_vcdn"))
+        .unwrap()
+        .args(args)
+        .env("VCDN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("vcdn starts in the node");
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let p = InNode(child);
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("vcdn {args:?} in {node} prints where it listens"));
+        if line.contains("listening on") {
+            return p;
+        }
+    }
+}
