@@ -139,7 +139,10 @@ impl Control {
     /// the row, and when the matrix changed recomputes and pushes the
     /// service's tables.
     pub async fn report_rtt(self: &Arc<Self>, token: &[u8], r: Report) -> Result<(), ControlError> {
-        let unknown = || ControlError::NotFound(format!("no accelerated service {}", r.service));
+        // An unknown service and a wrong token get the same answer (and the
+        // same throttle), so the endpoint does not tell which ids exist.
+        let unknown =
+            || ControlError::Forbidden("this token does not report for this service".into());
         let changed = {
             let mut services = self.services.lock().await;
             let s = services.get_mut(&r.service).ok_or_else(unknown)?;

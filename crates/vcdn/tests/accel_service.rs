@@ -404,11 +404,17 @@ async fn an_accelerated_service_serves_dynamic_content_through_its_chain_and_del
         "proxies keep their tables while the controller is down"
     );
     up.relaunch();
+    // Nothing was lost: the restarted controller has the matrix and the
+    // tables (a version at least the one before: a report may have moved an
+    // RTT meanwhile, as on a loaded machine), sends every proxy its table
+    // again, and every proxy ends up holding what the service records.
+    let after = accel_graph(&up, &id).await;
+    assert!(after["chains_version"].as_u64() >= version, "{after}");
     assert_eq!(
-        accel_graph(&up, &id).await["chains_version"].as_u64(),
-        version
+        after["rtt_ms"].as_object().map(|m| m.len()),
+        Some(3),
+        "{after}"
     );
-    // The restarted controller sends every proxy its table again: the same.
     let resent = eventually(10, || async {
         tables().await.iter().all(|t| {
             t.as_ref()
@@ -421,10 +427,59 @@ async fn an_accelerated_service_serves_dynamic_content_through_its_chain_and_del
         resent,
         "the restarted controller did not send the tables again"
     );
-    assert_eq!(
+    let agree = eventually(10, || async {
+        let a = accel_graph(&up, &id).await;
+        let held = tables_now().await;
+        ["paris", "lyon", "marseille"]
+            .iter()
+            .zip(&held)
+            .all(|(loc, t)| {
+                t.as_ref().is_some_and(|t| {
+                    t["version"] == a["chains_version"] && t["chains"] == a["chains"][loc]["chains"]
+                })
+            })
+    })
+    .await;
+    assert!(
+        agree,
+        "proxies hold {:?}, the service records {}",
         tables_now().await,
-        before,
-        "the restarted controller sends the same tables"
+        accel_graph(&up, &id).await
+    );
+    let version = accel_graph(&up, &id).await["chains_version"].as_u64();
+
+    // Only the service's own proxies may report RTTs: the operator token,
+    // a customer key, an unknown service and a made-up token all get 401,
+    // and a malformed report 400; the matrix is untouched.
+    let forged =
+        json!({"service": id, "from": "paris", "rtt_ms": {"lyon": 0.0, "marseille": 5000.0}});
+    for (token, body) in [
+        (OP.to_string(), forged.clone()),
+        (key.clone(), forged.clone()),
+        (
+            "a-made-up-report-token-0123456789abcdef".to_string(),
+            forged.clone(),
+        ),
+        (
+            "a-made-up-report-token-0123456789abcdef".to_string(),
+            json!({"service": "s-000000000000", "from": "paris", "rtt_ms": {}}),
+        ),
+    ] {
+        let (st, v) = up.call(&token, "POST", "/v1/accel/rtt", Some(body)).await;
+        assert_eq!(st, 401, "{v}");
+    }
+    let (st, _) = up
+        .call(
+            OP,
+            "POST",
+            "/v1/accel/rtt",
+            Some(json!({"service": id, "rtt_ms": 3})),
+        )
+        .await;
+    assert_eq!(st, 400);
+    assert_eq!(
+        accel_graph(&up, &id).await["chains_version"].as_u64(),
+        version
     );
 
     // A killed proxy is relaunched like a cache.
