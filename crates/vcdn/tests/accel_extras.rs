@@ -205,37 +205,6 @@ fn a_failing_server_is_restarted_with_backoff_and_the_client_waits() {
     );
 }
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
-/// The first-connection penalty: connect to first response byte through a
-/// cold start vs. on a running server. `VCDN_BIN` picks the binary (e.g.
-/// target/release/vcdn). Run with `--ignored --nocapture`.
-#[test]
-#[ignore]
-fn reactive_first_connection_penalty() {
-    let bin = std::env::var("VCDN_BIN").unwrap_or_else(|_| VCDN.to_string());
-    let h = holder(&bin, &["origin", "--listen-fd", "3", "--idle-exit", "0.15"]);
-    let (mut cold, mut warm) = (Vec::new(), Vec::new());
-    for _ in 0..25 {
-        wait_for("the server to exit", 10, || children(h.pid()).is_empty());
-        let (t, r) = get(h.addr, "/healthz");
-        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
-        cold.push(t.as_secs_f64() * 1000.0);
-        let (t, _) = get(h.addr, "/healthz");
-        warm.push(t.as_secs_f64() * 1000.0);
-    }
-    let (cm, cp) = (percentile(&mut cold, 0.5), percentile(&mut cold, 0.95));
-    let (wm, wp) = (percentile(&mut warm, 0.5), percentile(&mut warm, 0.95));
-    println!(
-        "{bin}: {} cold starts: median {cm:.2} ms, p95 {cp:.2} ms; warm: median {wm:.2} ms, p95 {wp:.2} ms; penalty (median) {:.2} ms",
-        cold.len(),
-        cm - wm
-    );
-}
-
 /// `vcdn proxy --reactive`: the proxy's own reactive start. The holder
 /// keeps the port; the first client is served by a proxy started for it,
 /// which exits when idle and is started again by the next client.
