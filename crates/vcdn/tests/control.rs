@@ -7,24 +7,17 @@
 
 mod support;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::up::free_port;
 use support::{eventually, tempdir, TempDir};
 use vcdn_http::client;
 
 const OP: &str = "operator-secret-0123456789abcdef0123";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A running `vcdn up`; on drop it is killed, and so is every cache
 /// instance it started (they outlive the control plane by design).
