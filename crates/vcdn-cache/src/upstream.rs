@@ -32,7 +32,7 @@ use vcdn_http::response::ResponseFraming;
 use vcdn_http::{parse_response, Limits, ResponseHead};
 use vcdn_policy::origin::{OriginPolicy, Refused};
 
-use crate::upstream_tls::{needs_https, Conn, TlsFailure, TlsFailures, UpstreamTls};
+use crate::upstream_tls::{needs_https, Conn, TlsFailure, TlsFailures, TlsReason, UpstreamTls};
 
 /// Where and how to reach the upstream.
 #[derive(Debug, Clone)]
@@ -61,6 +61,11 @@ pub enum UpstreamError {
     Connect(String, std::io::Error),
     #[error("upstream {0} did not accept a connection within {1:?}")]
     ConnectTimeout(String, Duration),
+    /// TCP connected, but the TLS handshake did not finish in time.
+    #[error(
+        "upstream {0} accepted a connection but did not complete the TLS handshake within {1:?}"
+    )]
+    TlsTimeout(String, Duration),
     /// The TLS handshake failed: the certificate did not verify, or the
     /// upstream does not speak TLS as asked.
     #[error("upstream {0}: {1}")]
@@ -88,6 +93,7 @@ impl UpstreamError {
     pub fn status(&self) -> u16 {
         match self {
             UpstreamError::ConnectTimeout(..)
+            | UpstreamError::TlsTimeout(..)
             | UpstreamError::Timeout(..)
             | UpstreamError::WriteTimeout(..) => 504,
             UpstreamError::BodyAborted => 400,
@@ -327,13 +333,12 @@ impl Upstream {
                 refused.get_or_insert(r);
                 continue;
             }
-            match tokio::time::timeout(t, self.connect_to(addr)).await {
-                Ok(Ok(c)) => return Ok(c),
+            match self.connect_to(addr, tokio::time::Instant::now() + t).await {
+                Ok(c) => return Ok(c),
                 // A certificate that does not verify will not verify on
                 // the next address either.
-                Ok(Err(e @ UpstreamError::Tls(..))) => return Err(e),
-                Ok(Err(e)) => failed = Some(e),
-                Err(_) => failed = Some(UpstreamError::ConnectTimeout(url(), t)),
+                Err(e @ UpstreamError::Tls(..)) => return Err(e),
+                Err(e) => failed = Some(e),
             }
         }
         Err(match (failed, refused) {
@@ -347,15 +352,27 @@ impl Upstream {
     }
 
     /// One address: TCP, then TLS for an `https://` upstream.
-    async fn connect_to(&self, addr: SocketAddr) -> Result<Conn, UpstreamError> {
-        let s = TcpStream::connect(addr)
-            .await
-            .map_err(|e| UpstreamError::Connect(self.cfg.url.clone(), e))?;
+    /// Both by `deadline`: the handshake is part of connecting.
+    async fn connect_to(
+        &self,
+        addr: SocketAddr,
+        deadline: tokio::time::Instant,
+    ) -> Result<Conn, UpstreamError> {
+        let t = self.cfg.connect_timeout;
+        let s = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(UpstreamError::Connect(self.cfg.url.clone(), e)),
+            Err(_) => return Err(UpstreamError::ConnectTimeout(self.cfg.url.clone(), t)),
+        };
         let _ = s.set_nodelay(true);
         let Some(tls) = &self.tls else {
             return Ok(Conn::Plain(s));
         };
-        match tls.handshake(s).await {
+        let Ok(done) = tokio::time::timeout_at(deadline, tls.handshake(s)).await else {
+            self.tls_failures.count(TlsReason::Timeout);
+            return Err(UpstreamError::TlsTimeout(self.cfg.url.clone(), t));
+        };
+        match done {
             Ok(c) => {
                 use std::sync::atomic::Ordering::Relaxed;
                 self.tls_handshakes.fetch_add(1, Relaxed);
@@ -787,6 +804,40 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    fn config(url: &str) -> UpstreamConfig {
+        UpstreamConfig {
+            url: url.into(),
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+            max_idle: 1,
+            idle_timeout: Duration::from_secs(1),
+            policy: OriginPolicy::default(),
+            ca_file: None,
+            tls_name: None,
+        }
+    }
+
+    /// https:// defaults to port 443 and verifies the URL's host (an IPv6
+    /// address without its brackets) unless a name is pinned.
+    #[test]
+    fn https_urls_name_what_tls_verifies() {
+        let up = Upstream::new(config("https://127.0.0.1/base/")).unwrap();
+        assert_eq!(up.host_port, "127.0.0.1:443");
+        assert_eq!(up.base_path, "/base");
+        assert_eq!(up.tls.unwrap().name(), "127.0.0.1");
+        let up = Upstream::new(config("https://[::1]:8443")).unwrap();
+        assert_eq!(up.host_port, "[::1]:8443");
+        assert_eq!(up.tls.unwrap().name(), "::1");
+        let mut c = config("https://127.0.0.1:8443");
+        c.tls_name = Some("origin.example".into());
+        let up = Upstream::new(c).unwrap();
+        assert_eq!(up.tls.unwrap().name(), "origin.example");
+        let up = Upstream::new(config("http://127.0.0.1")).unwrap();
+        assert_eq!(up.host_port, "127.0.0.1:80");
+        assert!(up.tls.is_none());
+        assert!(Upstream::new(config("ftp://127.0.0.1")).is_err());
     }
 
     /// A connection pooled longer than the idle timeout is not reused: the

@@ -70,6 +70,11 @@ impl UpstreamTls {
         })
     }
 
+    /// The name sent in SNI (a DNS name) and verified.
+    pub fn name(&self) -> String {
+        self.name.to_str().into_owned()
+    }
+
     /// The TLS handshake on a connected socket. The caller bounds it in
     /// time (it counts as part of connecting).
     pub async fn handshake(&self, tcp: TcpStream) -> Result<Conn, TlsFailure> {
@@ -264,10 +269,12 @@ pub enum TlsReason {
     Incompatible,
     /// Anything else: closed mid-handshake, protocol errors.
     Handshake,
+    /// The handshake did not finish within the connect timeout (504).
+    Timeout,
 }
 
 impl TlsReason {
-    pub const ALL: [TlsReason; 10] = [
+    pub const ALL: [TlsReason; 11] = [
         TlsReason::UnknownIssuer,
         TlsReason::NameMismatch,
         TlsReason::Expired,
@@ -278,6 +285,7 @@ impl TlsReason {
         TlsReason::NotTls,
         TlsReason::Incompatible,
         TlsReason::Handshake,
+        TlsReason::Timeout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -292,6 +300,7 @@ impl TlsReason {
             TlsReason::NotTls => "not_tls",
             TlsReason::Incompatible => "incompatible",
             TlsReason::Handshake => "handshake",
+            TlsReason::Timeout => "timeout",
         }
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use vcdn_http::tls::tokio_rustls::TlsAcceptor;
+use vcdn_http::tls::tokio_rustls::{self, TlsAcceptor};
 use vcdn_http::tls::{self, rustls, MadeCert};
 
 /// The byte at `i` of the origin's large object.
@@ -89,10 +89,11 @@ fn tls_origin(cert: &MadeCert, idle: Duration) -> TlsOrigin {
     o
 }
 
-async fn serve<S>(mut s: S, idle: Duration, requests: &AtomicU64)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
+async fn serve(
+    mut s: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    idle: Duration,
+    requests: &AtomicU64,
+) {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
@@ -130,6 +131,25 @@ where
             }
         }
         buf.drain(..length);
+        if let Some(how) = path.strip_prefix("/until-close/") {
+            // A body delimited by the end of the connection, ended with a
+            // close_notify, or cut by closing TCP without one (what a
+            // truncation attack looks like).
+            let body = "the whole body, until close";
+            let msg = format!(
+                "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nConnection: close\r\n\r\n{body}"
+            );
+            if s.write_all(msg.as_bytes()).await.is_err() || s.flush().await.is_err() {
+                return;
+            }
+            if how.starts_with("notify") {
+                let _ = s.shutdown().await;
+            } else {
+                let (mut tcp, _) = s.into_inner();
+                let _ = tcp.shutdown().await;
+            }
+            return;
+        }
         let (cc, body): (&str, Vec<u8>) = if method == "POST" {
             ("no-store", format!("posted {length}").into_bytes())
         } else if path == "/big" {
@@ -400,6 +420,46 @@ async fn certificates_that_do_not_verify_are_refused_with_the_reason() {
     );
 }
 
+/// A close-delimited body is whole only when the origin ends it with a
+/// close_notify: one cut by a bare TCP close (an attacker on the path can
+/// do that) is not taken for the whole body, and not stored.
+#[tokio::test]
+async fn a_close_delimited_body_cut_without_close_notify_is_not_stored() {
+    let dir = tempdir("origin-tls-cut");
+    let ca = tls::Ca::create("origin test CA", 30).unwrap();
+    let o = tls_origin(
+        &ca.issue(&["localhost".into()], 10).unwrap(),
+        Duration::from_secs(5),
+    );
+    let ca_file = write(&dir, "ca.pem", &ca.cert_pem);
+    let url = format!("https://localhost:{}", o.addr.port());
+    let c = https_cache(&dir, &url, &["--origin-ca-file", &ca_file]);
+    let whole = "the whole body, until close";
+    assert_eq!(
+        fetch(&c, "/until-close/notify").await,
+        (200, whole.into(), "MISS".into())
+    );
+    assert_eq!(
+        fetch(&c, "/until-close/notify").await,
+        (200, whole.into(), "HIT".into())
+    );
+    for _ in 0..2 {
+        let r = raw(
+            c.addr,
+            b"GET /until-close/cut HTTP/1.1\r\nHost: a\r\n\r\n",
+            Duration::from_secs(5),
+        );
+        assert!(r.contains("X-Cache: MISS"), "{r}");
+        // Sent as it came, but never completed (no last chunk).
+        assert!(!r.ends_with("0\r\n\r\n"), "{r}");
+    }
+    assert_eq!(
+        o.requests.load(Ordering::SeqCst),
+        3,
+        "the cut body was not stored"
+    );
+}
+
 /// An https:// upstream that is a plain HTTP server: a 502 that says so.
 #[tokio::test]
 async fn a_plain_http_origin_named_https_is_explained() {
@@ -448,6 +508,10 @@ async fn a_handshake_that_never_completes_is_a_connect_timeout() {
     );
     let (status, text, took) = stalled.await.unwrap();
     assert_eq!(status, 504, "{text}");
+    assert!(
+        text.contains("did not complete the TLS handshake within 700ms"),
+        "{text}"
+    );
     // 700 ms connect timeout, tried twice.
     assert!(
         took >= Duration::from_millis(700) && took < Duration::from_millis(2500),
@@ -468,6 +532,15 @@ async fn a_handshake_that_never_completes_is_a_connect_timeout() {
         t.elapsed() < Duration::from_millis(2500),
         "{:?}",
         t.elapsed()
+    );
+    let m = metrics(&c2).await;
+    assert_eq!(
+        metric(
+            &m,
+            "vcdn_cache_upstream_tls_failures_total{reason=\"timeout\"}"
+        ),
+        2,
+        "tried twice, as a connect timeout is"
     );
 
     // The origin answers handshakes again: so does the cache.
@@ -520,4 +593,61 @@ fn bad_tls_flags_stop_the_start() {
         "not a name",
     ]);
     assert!(e.contains("not a DNS name or IP address"), "{e}");
+}
+
+/// Through the control plane: a service ordered with an `https://` origin
+/// and its own CA (`origin_ca_pem`) gets caches that fetch over TLS,
+/// verified against that CA; a CA that is not PEM is refused at order.
+#[tokio::test]
+async fn a_service_with_an_https_origin_and_its_ca_is_served_over_tls() {
+    use serde_json::json;
+    use support::up::{Up, OP};
+    let ca = tls::Ca::create("customer origin CA", 30).unwrap();
+    let o = tls_origin(
+        &ca.issue(&["127.0.0.1".into()], 10).unwrap(),
+        Duration::from_secs(5),
+    );
+    let up = Up::start("origin-tls-up", &[]);
+    let (st, cust) = up
+        .call(OP, "POST", "/v1/customers", Some(json!({"name": "tls"})))
+        .await;
+    assert_eq!(st, 201, "{cust}");
+    let (id, key) = (
+        cust["id"].as_str().unwrap().to_string(),
+        cust["api_key"].as_str().unwrap().to_string(),
+    );
+    // The origin is on loopback: the operator's exception.
+    let (st, p) = up
+        .call(
+            OP,
+            "PUT",
+            &format!("/v1/customers/{id}/settings"),
+            Some(json!({"origin_allow": [o.addr.to_string()]})),
+        )
+        .await;
+    assert_eq!(st, 200, "{p}");
+    let mut spec = json!({"name": "secure", "origin": format!("https://{}", o.addr),
+        "hostname": "secure.example", "flavor": "static", "regions": [{"region": "paris"}],
+        "origin_ca_pem": "not a certificate"});
+    let (st, p) = up
+        .call(&key, "POST", "/v1/services", Some(spec.clone()))
+        .await;
+    assert_eq!(st, 422, "{p}");
+    assert_eq!(p["errors"][0]["field"], "origin_ca_pem", "{p}");
+    spec["origin_ca_pem"] = json!(ca.cert_pem);
+    let (st, s) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
+    assert_eq!(st, 201, "{s}");
+    let region = &s["graph"]["regions"][0];
+    let address = region["instances"][0]["address"].as_str().unwrap();
+    let cache: SocketAddr = address.parse().unwrap();
+    let flags = support::up::caches(up.instance_port)
+        .into_iter()
+        .map(|c| c.flags)
+        .find(|f| f.get("--listen").map(String::as_str) == Some(address))
+        .expect("the cache process");
+    let ca_file = flags.get("--origin-ca-file").expect("--origin-ca-file");
+    assert_eq!(std::fs::read_to_string(ca_file).unwrap(), ca.cert_pem);
+    let r = get(cache, "/over-tls").await;
+    assert_eq!((r.status(), r.text()), (200, "hello /over-tls".to_string()));
+    assert_eq!(o.handshakes.load(Ordering::SeqCst), 1);
 }
