@@ -337,7 +337,9 @@ impl Upstream {
                 Ok(c) => return Ok(c),
                 // A certificate that does not verify will not verify on
                 // the next address either.
-                Err(e @ UpstreamError::Tls(..)) => return Err(e),
+                Err(UpstreamError::Tls(u, f)) if !f.transient() => {
+                    return Err(UpstreamError::Tls(u, f))
+                }
                 Err(e) => failed = Some(e),
             }
         }
@@ -440,7 +442,12 @@ impl Upstream {
                 Some(c) => c,
                 None => match self.connect().await {
                     Ok(c) => c,
-                    Err(e @ (UpstreamError::Refused(_) | UpstreamError::Tls(..))) => return Err(e),
+                    Err(e @ UpstreamError::Refused(_)) => return Err(e),
+                    // A certificate that does not verify will not on a
+                    // second try.
+                    Err(UpstreamError::Tls(u, f)) if !f.transient() => {
+                        return Err(UpstreamError::Tls(u, f))
+                    }
                     Err(e) if req.idempotent && !retried => {
                         tracing::debug!(error = %e, "retrying upstream connect");
                         retried = true;

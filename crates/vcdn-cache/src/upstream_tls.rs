@@ -319,9 +319,26 @@ impl std::fmt::Display for TlsFailure {
 }
 
 impl TlsFailure {
+    /// Whether another try may succeed: the connection broke during the
+    /// handshake (an origin restarting), as opposed to a verdict on the
+    /// certificate or the protocol, which would be the same again.
+    pub fn transient(&self) -> bool {
+        self.reason == TlsReason::Handshake
+    }
+
     fn from_io(e: &io::Error, trust: &str) -> TlsFailure {
         match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
             Some(r) => TlsFailure::from_rustls(r, trust),
+            None if matches!(
+                e.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+            ) =>
+            {
+                TlsFailure {
+                    reason: TlsReason::Handshake,
+                    message: "the origin closed the connection during the TLS handshake (does it serve TLS on this port?)".into(),
+                }
+            }
             None => TlsFailure {
                 reason: TlsReason::Handshake,
                 message: format!("the TLS handshake with the origin failed: {e}"),
