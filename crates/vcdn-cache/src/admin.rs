@@ -198,13 +198,11 @@ fn metrics(cache: &Cache) -> Response {
             cache.started.elapsed().as_secs(),
         ),
     ];
-    Response::new(
-        200,
-        "text/plain; version=0.0.4",
-        cache
-            .metrics
-            .render(cache.upstream.retries.load(Ordering::Relaxed), &gauges),
-    )
+    let mut text = cache
+        .metrics
+        .render(cache.upstream.retries.load(Ordering::Relaxed), &gauges);
+    cache.upstream.render_tls_metrics(&mut text);
+    Response::new(200, "text/plain; version=0.0.4", text)
 }
 
 fn object_json(l: &crate::store::Listed, now: u64) -> Value {

@@ -13,8 +13,17 @@ use serde::Deserialize;
 pub struct CacheConfig {
     /// Address clients connect to.
     pub listen: SocketAddr,
-    /// Origin or parent cache: `http://host:port[/base-path]`.
+    /// Origin or parent cache: `http://host:port[/base-path]`, or
+    /// `https://...` (TLS, verified against the system roots or
+    /// `origin_ca_file`).
     pub upstream: String,
+    /// PEM bundle of the CA certificates an `https://` upstream is
+    /// verified against instead of the system roots.
+    pub origin_ca_file: Option<PathBuf>,
+    /// Name sent in SNI and verified in an `https://` upstream's
+    /// certificate instead of the URL's host: for an origin addressed by
+    /// IP, or to pin the name.
+    pub origin_tls_name: Option<String>,
     /// Address of the control API, `/metrics` and `/healthz`.
     pub admin: Option<SocketAddr>,
     /// Bearer token the control API requires.
@@ -108,6 +117,8 @@ impl Default for CacheConfig {
         CacheConfig {
             listen: "127.0.0.1:8080".parse().expect("static address"),
             upstream: "http://127.0.0.1:9000".into(),
+            origin_ca_file: None,
+            origin_tls_name: None,
             admin: None,
             admin_token: None,
             instance_id: None,
@@ -177,8 +188,8 @@ impl CacheConfig {
         if self.disk.is_some() && self.disk_size < 1 << 20 {
             return bad("--disk-size must be at least 1 MiB");
         }
-        if !self.upstream.starts_with("http://") {
-            return bad("--upstream must be an http:// URL");
+        if !self.upstream.starts_with("http://") && !self.upstream.starts_with("https://") {
+            return bad("--upstream must be an http:// or https:// URL");
         }
         if let Err(e) = self
             .origin_policy

@@ -14,6 +14,7 @@
 //! - [`fetch`]: coalesced upstream fetches with stream cloning;
 //! - [`fill`]: where a fill keeps its body (memory budget, disk as it arrives);
 //! - [`upstream`]: pooled client to the origin or parent;
+//! - [`upstream_tls`]: TLS to an `https://` origin or parent;
 //! - [`proxy`]: what to answer to a request, as a [`reply::Reply`];
 //! - [`server`]: threads, listeners and the connection loop;
 //! - [`admin`] and [`ctl`]: the control API and its client.
@@ -36,6 +37,7 @@ pub mod ring;
 pub mod server;
 pub mod store;
 pub mod upstream;
+pub mod upstream_tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -102,6 +102,8 @@ impl Cache {
             max_idle: cfg.upstream_max_idle,
             idle_timeout: std::time::Duration::from_millis(cfg.upstream_idle_timeout_ms),
             policy: cfg.origin_policy.parse()?,
+            ca_file: cfg.origin_ca_file.clone(),
+            tls_name: cfg.origin_tls_name.clone(),
         })
         .map_err(|e| e.to_string())?;
         let policy = PolicyConfig {
@@ -911,6 +913,11 @@ impl Cache {
                             .upstream_refused
                             .fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(key = %key, upstream = %self.upstream.url(), address = %r.addr, rule = %r.rule, "upstream address refused by the origin policy");
+                    }
+                    // Counted by reason in the upstream's TLS metrics too.
+                    UpstreamError::Tls(url, f) => {
+                        self.metrics.upstream_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(key = %key, upstream = %url, reason = f.reason.as_str(), "TLS with the upstream failed: {}", f.message);
                     }
                     _ => {
                         self.metrics.upstream_errors.fetch_add(1, Ordering::Relaxed);

@@ -11,8 +11,14 @@
 //! and none is kept idle longer than `idle_timeout`, which stays under
 //! common origins' keep-alive timeouts (Apache closes after 5 s), so a
 //! request that cannot be retried (a POST) is not sent into a dead socket.
+//!
+//! An `https://` upstream is reached over TLS (see [`crate::upstream_tls`]):
+//! the handshake is part of connecting (same timeout, 504 when it does not
+//! finish), a certificate that does not verify is a 502 that says why, and
+//! TLS connections are pooled and checked before reuse like plain ones.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -26,10 +32,12 @@ use vcdn_http::response::ResponseFraming;
 use vcdn_http::{parse_response, Limits, ResponseHead};
 use vcdn_policy::origin::{OriginPolicy, Refused};
 
+use crate::upstream_tls::{needs_https, Conn, TlsFailure, TlsFailures, TlsReason, UpstreamTls};
+
 /// Where and how to reach the upstream.
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
-    /// `http://host:port[/base]`, as given by the operator.
+    /// `http://host:port[/base]` or `https://...`, as given by the operator.
     pub url: String,
     pub connect_timeout: Duration,
     /// Longest wait for the upstream to send or to accept bytes.
@@ -39,6 +47,12 @@ pub struct UpstreamConfig {
     pub idle_timeout: Duration,
     /// Addresses the cache may connect to (empty: all).
     pub policy: OriginPolicy,
+    /// PEM bundle of the CAs an `https://` upstream's certificate is
+    /// verified against (none: the system roots).
+    pub ca_file: Option<PathBuf>,
+    /// Name sent in SNI and verified in the certificate instead of the
+    /// URL's host (an origin addressed by IP, or a pinned name).
+    pub tls_name: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +61,15 @@ pub enum UpstreamError {
     Connect(String, std::io::Error),
     #[error("upstream {0} did not accept a connection within {1:?}")]
     ConnectTimeout(String, Duration),
+    /// TCP connected, but the TLS handshake did not finish in time.
+    #[error(
+        "upstream {0} accepted a connection but did not complete the TLS handshake within {1:?}"
+    )]
+    TlsTimeout(String, Duration),
+    /// The TLS handshake failed: the certificate did not verify, or the
+    /// upstream does not speak TLS as asked.
+    #[error("upstream {0}: {1}")]
+    Tls(String, TlsFailure),
     #[error("upstream {0} sent nothing for {1:?}")]
     Timeout(String, Duration),
     #[error("upstream {0} accepted no request bytes for {1:?}")]
@@ -70,6 +93,7 @@ impl UpstreamError {
     pub fn status(&self) -> u16 {
         match self {
             UpstreamError::ConnectTimeout(..)
+            | UpstreamError::TlsTimeout(..)
             | UpstreamError::Timeout(..)
             | UpstreamError::WriteTimeout(..) => 504,
             UpstreamError::BodyAborted => 400,
@@ -80,7 +104,7 @@ impl UpstreamError {
 
 #[derive(Debug, thiserror::Error)]
 #[error("invalid upstream URL {0:?}: {1}")]
-pub struct BadUrl(String, &'static str);
+pub struct BadUrl(String, String);
 
 #[derive(Debug)]
 pub struct Upstream {
@@ -100,13 +124,20 @@ pub struct Upstream {
     idle: Mutex<Vec<Pooled>>,
     /// Requests sent a second time after a failed connection.
     pub retries: std::sync::atomic::AtomicU64,
+    /// For an `https://` upstream: the TLS client, built once.
+    tls: Option<UpstreamTls>,
+    /// TLS handshakes that failed, by reason.
+    pub tls_failures: TlsFailures,
+    /// TLS connections opened, and how many of them resumed a session.
+    pub tls_handshakes: std::sync::atomic::AtomicU64,
+    pub tls_resumed: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug)]
 struct Pooled {
     owner: ThreadId,
     since: Instant,
-    conn: TcpStream,
+    conn: Conn,
 }
 
 /// A request to send upstream.
@@ -177,31 +208,52 @@ type Failed = (UpstreamError, bool);
 impl Upstream {
     pub fn new(cfg: UpstreamConfig) -> Result<Upstream, BadUrl> {
         let url = cfg.url.clone();
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| BadUrl(url.clone(), "only http:// upstreams are supported"))?;
+        let bad = |why: &str| BadUrl(url.clone(), why.to_string());
+        let (rest, https) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(r), _) => (r, false),
+            (_, Some(r)) => (r, true),
+            _ => return Err(bad("give http://host[:port][/path] or https://...")),
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
             None => (rest, ""),
         };
         if authority.is_empty() {
-            return Err(BadUrl(url.clone(), "no host"));
+            return Err(bad("no host"));
         }
-        let with_port = if authority
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        {
-            authority.to_string()
+        let (host, with_port) = match authority.rsplit_once(':') {
+            Some((h, p))
+                if p.parse::<u16>().is_ok() && (!h.starts_with('[') || h.ends_with(']')) =>
+            {
+                (h, authority.to_string())
+            }
+            _ => (
+                authority,
+                format!("{authority}:{}", if https { 443 } else { 80 }),
+            ),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let tls = if https {
+            Some(
+                UpstreamTls::new(host, cfg.tls_name.as_deref(), cfg.ca_file.as_deref())
+                    .map_err(|e| BadUrl(url.clone(), e))?,
+            )
         } else {
-            format!("{authority}:80")
+            if cfg.ca_file.is_some() {
+                needs_https("--origin-ca-file", &url).map_err(|e| BadUrl(url.clone(), e))?;
+            }
+            if cfg.tls_name.is_some() {
+                needs_https("--origin-tls-name", &url).map_err(|e| BadUrl(url.clone(), e))?;
+            }
+            None
         };
         // Checked once here so that a typo stops the start; the name is
         // resolved again at every connect.
         let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
-            .map_err(|_| BadUrl(url.clone(), "host does not resolve"))?
+            .map_err(|_| bad("host does not resolve"))?
             .collect();
         if addrs.is_empty() {
-            return Err(BadUrl(url.clone(), "host does not resolve"));
+            return Err(bad("host does not resolve"));
         }
         // Said at start too, so that the operator does not learn it from
         // the first client's 502.
@@ -219,6 +271,10 @@ impl Upstream {
             cfg,
             idle: Mutex::new(Vec::new()),
             retries: Default::default(),
+            tls,
+            tls_failures: TlsFailures::default(),
+            tls_handshakes: Default::default(),
+            tls_resumed: Default::default(),
         })
     }
 
@@ -230,9 +286,38 @@ impl Upstream {
         self.idle.lock().len()
     }
 
+    /// The upstream TLS counters in the Prometheus text format (nothing
+    /// for a plain http:// upstream).
+    pub fn render_tls_metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.tls.is_none() {
+            return;
+        }
+        self.tls_failures.render(out);
+        for (name, help, v) in [
+            (
+                "vcdn_cache_upstream_tls_handshakes_total",
+                "TLS connections opened to the upstream.",
+                self.tls_handshakes.load(Relaxed),
+            ),
+            (
+                "vcdn_cache_upstream_tls_resumed_total",
+                "TLS connections to the upstream that resumed a session (no full handshake).",
+                self.tls_resumed.load(Relaxed),
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        }
+    }
+
     /// Resolve the upstream name now and connect to the first address the
-    /// origin policy allows that answers.
-    async fn connect(&self) -> Result<TcpStream, UpstreamError> {
+    /// origin policy allows that answers; over TLS, the handshake is part
+    /// of connecting and shares its timeout.
+    async fn connect(&self) -> Result<Conn, UpstreamError> {
         let url = || self.cfg.url.clone();
         let t = self.cfg.connect_timeout;
         let addrs: Vec<SocketAddr> =
@@ -248,13 +333,14 @@ impl Upstream {
                 refused.get_or_insert(r);
                 continue;
             }
-            match tokio::time::timeout(t, TcpStream::connect(addr)).await {
-                Ok(Ok(s)) => {
-                    let _ = s.set_nodelay(true);
-                    return Ok(s);
+            match self.connect_to(addr, tokio::time::Instant::now() + t).await {
+                Ok(c) => return Ok(c),
+                // A certificate that does not verify will not verify on
+                // the next address either.
+                Err(UpstreamError::Tls(u, f)) if !f.transient() => {
+                    return Err(UpstreamError::Tls(u, f))
                 }
-                Ok(Err(e)) => failed = Some(UpstreamError::Connect(url(), e)),
-                Err(_) => failed = Some(UpstreamError::ConnectTimeout(url(), t)),
+                Err(e) => failed = Some(e),
             }
         }
         Err(match (failed, refused) {
@@ -265,6 +351,43 @@ impl Upstream {
                 std::io::Error::other(format!("{} resolves to no address", self.host_port)),
             ),
         })
+    }
+
+    /// One address: TCP, then TLS for an `https://` upstream.
+    /// Both by `deadline`: the handshake is part of connecting.
+    async fn connect_to(
+        &self,
+        addr: SocketAddr,
+        deadline: tokio::time::Instant,
+    ) -> Result<Conn, UpstreamError> {
+        let t = self.cfg.connect_timeout;
+        let s = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(UpstreamError::Connect(self.cfg.url.clone(), e)),
+            Err(_) => return Err(UpstreamError::ConnectTimeout(self.cfg.url.clone(), t)),
+        };
+        let _ = s.set_nodelay(true);
+        let Some(tls) = &self.tls else {
+            return Ok(Conn::Plain(s));
+        };
+        let Ok(done) = tokio::time::timeout_at(deadline, tls.handshake(s)).await else {
+            self.tls_failures.count(TlsReason::Timeout);
+            return Err(UpstreamError::TlsTimeout(self.cfg.url.clone(), t));
+        };
+        match done {
+            Ok(c) => {
+                use std::sync::atomic::Ordering::Relaxed;
+                self.tls_handshakes.fetch_add(1, Relaxed);
+                if c.resumed() {
+                    self.tls_resumed.fetch_add(1, Relaxed);
+                }
+                Ok(c)
+            }
+            Err(f) => {
+                self.tls_failures.count(f.reason);
+                Err(UpstreamError::Tls(self.cfg.url.clone(), f))
+            }
+        }
     }
 
     /// The request head, with the framing of `body`; a complete body is
@@ -320,6 +443,11 @@ impl Upstream {
                 None => match self.connect().await {
                     Ok(c) => c,
                     Err(e @ UpstreamError::Refused(_)) => return Err(e),
+                    // A certificate that does not verify will not on a
+                    // second try.
+                    Err(UpstreamError::Tls(u, f)) if !f.transient() => {
+                        return Err(UpstreamError::Tls(u, f))
+                    }
                     Err(e) if req.idempotent && !retried => {
                         tracing::debug!(error = %e, "retrying upstream connect");
                         retried = true;
@@ -367,7 +495,7 @@ impl Upstream {
 
     /// Write with the read timeout as the bound on an upstream that takes
     /// nothing.
-    async fn write(&self, conn: &mut TcpStream, b: &[u8]) -> Result<(), UpstreamError> {
+    async fn write(&self, conn: &mut Conn, b: &[u8]) -> Result<(), UpstreamError> {
         let t = self.cfg.read_timeout;
         match tokio::time::timeout(t, conn.write_all(b)).await {
             Ok(Ok(())) => Ok(()),
@@ -378,7 +506,7 @@ impl Upstream {
 
     /// Forward a streamed body as its pieces arrive. The error's bool says
     /// whether the request may still be retried (no piece used up yet).
-    async fn stream_body(&self, conn: &mut TcpStream, s: &mut BodyStream) -> Result<(), Failed> {
+    async fn stream_body(&self, conn: &mut Conn, s: &mut BodyStream) -> Result<(), Failed> {
         let chunked = s.length.is_none();
         let mut used = false;
         loop {
@@ -412,7 +540,7 @@ impl Upstream {
     /// Write the request, read the head.
     async fn exchange(
         &self,
-        conn: &mut TcpStream,
+        conn: &mut Conn,
         wire: &[u8],
         body: &mut RequestBody,
         head_only: bool,
@@ -467,14 +595,14 @@ impl Upstream {
     /// The most recently used idle connection this thread opened that is
     /// still good: idle for less than `idle_timeout`, not closed by the
     /// upstream, with no unexpected bytes waiting.
-    fn take_idle(&self) -> Option<TcpStream> {
+    fn take_idle(&self) -> Option<Conn> {
         let me = std::thread::current().id();
         let now = Instant::now();
         let mut idle = self.idle.lock();
         idle.retain(|p| now.duration_since(p.since) < self.cfg.idle_timeout);
         while let Some(i) = idle.iter().rposition(|p| p.owner == me) {
-            let p = idle.remove(i);
-            if still_open(&p.conn) {
+            let mut p = idle.remove(i);
+            if p.conn.still_open() {
                 return Some(p.conn);
             }
         }
@@ -483,7 +611,7 @@ impl Upstream {
 
     /// Pool a connection after a clean response. When the pool is full the
     /// longest idle one goes, the likeliest to have been closed upstream.
-    fn give_back(&self, conn: TcpStream) {
+    fn give_back(&self, conn: Conn) {
         if self.cfg.max_idle == 0 || self.cfg.idle_timeout.is_zero() {
             return;
         }
@@ -499,19 +627,6 @@ impl Upstream {
     }
 }
 
-/// Whether an idle connection can carry a request: a peek that would block
-/// means the upstream neither closed it (that reads as 0) nor sent bytes
-/// nobody asked for (a late or extra response, which would be taken for
-/// the answer to the next request).
-fn still_open(conn: &TcpStream) -> bool {
-    use rustix::net::{recv, RecvFlags};
-    let mut byte = [0u8; 1];
-    match recv(conn, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
-        Err(e) => e == rustix::io::Errno::WOULDBLOCK,
-        Ok(_) => false,
-    }
-}
-
 pub struct UpstreamResponse<'a> {
     pub head: ResponseHead,
     pub body: UpstreamBody<'a>,
@@ -521,7 +636,7 @@ pub struct UpstreamResponse<'a> {
 /// cleanly on a keep-alive connection, the connection returns to the pool.
 pub struct UpstreamBody<'a> {
     upstream: &'a Upstream,
-    conn: Option<TcpStream>,
+    conn: Option<Conn>,
     buf: BytesMut,
     framing: ResponseFraming,
     remaining: u64,
@@ -698,6 +813,40 @@ mod tests {
             .unwrap()
     }
 
+    fn config(url: &str) -> UpstreamConfig {
+        UpstreamConfig {
+            url: url.into(),
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+            max_idle: 1,
+            idle_timeout: Duration::from_secs(1),
+            policy: OriginPolicy::default(),
+            ca_file: None,
+            tls_name: None,
+        }
+    }
+
+    /// https:// defaults to port 443 and verifies the URL's host (an IPv6
+    /// address without its brackets) unless a name is pinned.
+    #[test]
+    fn https_urls_name_what_tls_verifies() {
+        let up = Upstream::new(config("https://127.0.0.1/base/")).unwrap();
+        assert_eq!(up.host_port, "127.0.0.1:443");
+        assert_eq!(up.base_path, "/base");
+        assert_eq!(up.tls.unwrap().name(), "127.0.0.1");
+        let up = Upstream::new(config("https://[::1]:8443")).unwrap();
+        assert_eq!(up.host_port, "[::1]:8443");
+        assert_eq!(up.tls.unwrap().name(), "::1");
+        let mut c = config("https://127.0.0.1:8443");
+        c.tls_name = Some("origin.example".into());
+        let up = Upstream::new(c).unwrap();
+        assert_eq!(up.tls.unwrap().name(), "origin.example");
+        let up = Upstream::new(config("http://127.0.0.1")).unwrap();
+        assert_eq!(up.host_port, "127.0.0.1:80");
+        assert!(up.tls.is_none());
+        assert!(Upstream::new(config("ftp://127.0.0.1")).is_err());
+    }
+
     /// A connection pooled longer than the idle timeout is not reused: the
     /// origin may be closing it.
     #[test]
@@ -710,6 +859,8 @@ mod tests {
             max_idle: 8,
             idle_timeout: Duration::from_millis(100),
             policy: OriginPolicy::default(),
+            ca_file: None,
+            tls_name: None,
         })
         .unwrap();
         runtime().block_on(async {
@@ -741,6 +892,8 @@ mod tests {
                 max_idle: 8,
                 idle_timeout: Duration::from_secs(4),
                 policy: OriginPolicy::default(),
+                ca_file: None,
+                tls_name: None,
             })
             .unwrap(),
         );

@@ -311,6 +311,7 @@ pub(crate) mod tests {
                     hostname: Some("dyn.shop.example".into()),
                     warm: Some(4),
                 }),
+                origin_ca_pem: None,
             },
             state: ServiceState::Active,
             created_at: 0,

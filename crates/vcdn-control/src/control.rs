@@ -242,6 +242,7 @@ impl Control {
             admin_token: self.instance_token.clone(),
             upstream,
             origin_policy,
+            origin_ca_pem: s.spec.origin_ca_pem.clone(),
             vcpus: i.vcpus,
             cpu_quota: i.vcpus as f64 * self.cfg.vcpu_share,
             memory_mib: i.memory_mib,

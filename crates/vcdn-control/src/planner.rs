@@ -541,6 +541,7 @@ mod tests {
             },
             lease: LeaseSpec::default(),
             acceleration: None,
+            origin_ca_pem: None,
         }
     }
 

@@ -88,6 +88,7 @@ mod tests {
                 quality: QualitySpec::default(),
                 lease: LeaseSpec::default(),
                 acceleration: None,
+                origin_ca_pem: None,
             },
             state: ServiceState::Active,
             created_at: 0,

@@ -165,6 +165,10 @@ pub struct ServiceSpec {
     /// absent, so orders and services from before it load unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceleration: Option<AccelerationSpec>,
+    /// For an `https://` origin: PEM CA certificates its certificate is
+    /// verified against instead of the system roots (a private CA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_ca_pem: Option<String>,
 }
 
 /// What of a service's content rides proxy chains instead of going to the

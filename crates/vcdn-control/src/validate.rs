@@ -73,19 +73,27 @@ pub enum OriginHost {
     Ip(IpAddr),
 }
 
-/// An origin URL as the cache will use it: `http://host[:port][/base]`.
+/// An origin URL as the cache will use it: `http://host[:port][/base]`
+/// or `https://...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OriginUrl {
     pub host: OriginHost,
     pub port: u16,
+    /// The caches fetch over TLS (verified against the system roots, or
+    /// the service's `origin_ca_pem`).
+    pub https: bool,
 }
 
-/// Parses an origin URL strictly: `http://` (the caches fetch over plain
-/// HTTP), a host (a DNS name, an IPv4 address or a bracketed IPv6 one), an
-/// optional port 1–65535, an optional base path; no user info, query,
-/// fragment, spaces or control characters.
+/// Largest `origin_ca_pem`: a bundle of a few CA certificates.
+pub const MAX_ORIGIN_CA_PEM: usize = 64 * 1024;
+
+/// Parses an origin URL strictly: `http://` or `https://`, a host (a DNS
+/// name, an IPv4 address or a bracketed IPv6 one), an optional port
+/// 1–65535 (default 80 or 443), an optional base path; no user info,
+/// query, fragment, spaces or control characters.
 pub fn origin_url(s: &str) -> Result<OriginUrl, String> {
-    const HOW: &str = "give http://host[:port][/path], e.g. http://origin.example.com:8080";
+    const HOW: &str =
+        "give http://host[:port][/path] or https://..., e.g. https://origin.example.com:8443";
     if s.len() > 2048 {
         return Err("the URL is longer than 2048 characters".into());
     }
@@ -94,8 +102,14 @@ pub fn origin_url(s: &str) -> Result<OriginUrl, String> {
             "the URL contains {c:?}: no spaces or control characters (percent-encode them); {HOW}"
         ));
     }
-    let Some(rest) = s.strip_prefix("http://") else {
-        return Err(format!("only http:// origins are supported; {HOW}"));
+    let (rest, https) = match (s.strip_prefix("http://"), s.strip_prefix("https://")) {
+        (Some(r), _) => (r, false),
+        (_, Some(r)) => (r, true),
+        _ => {
+            return Err(format!(
+                "only http:// and https:// origins are supported; {HOW}"
+            ))
+        }
     };
     if s.contains('#') {
         return Err(format!("remove the #fragment; {HOW}"));
@@ -151,6 +165,7 @@ pub fn origin_url(s: &str) -> Result<OriginUrl, String> {
         (host, port)
     };
     let port = match port {
+        None if https => 443,
         None => 80,
         // Digits only: `+80` would parse as a number.
         Some(p) => Some(p)
@@ -159,7 +174,26 @@ pub fn origin_url(s: &str) -> Result<OriginUrl, String> {
             .filter(|&p| p != 0)
             .ok_or(format!("port '{p}' must be 1-65535; {HOW}"))?,
     };
-    Ok(OriginUrl { host, port })
+    Ok(OriginUrl { host, port, https })
+}
+
+/// Checks a service's `origin_ca_pem`: PEM certificates (the CAs its
+/// `https://` origin's certificate is verified against), of bounded size.
+pub fn origin_ca_pem(pem: &str, origin: Option<&OriginUrl>) -> Result<(), String> {
+    if origin.is_some_and(|o| !o.https) {
+        return Err(
+            "an origin CA applies to an https:// origin only; remove it or use https://".into(),
+        );
+    }
+    if pem.len() > MAX_ORIGIN_CA_PEM {
+        return Err(format!(
+            "give at most {MAX_ORIGIN_CA_PEM} bytes of PEM (the CA certificates only, not {} bytes)",
+            pem.len()
+        ));
+    }
+    vcdn_http::tls::parse_chain(pem.as_bytes())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// Checks a finite number in `(0, max]`.
@@ -211,6 +245,18 @@ pub fn order(
             None
         }
     };
+    if let Some(pem) = &spec.origin_ca_pem {
+        if let Err(d) = origin_ca_pem(pem, origin.as_ref()) {
+            e.push(FieldError::new("origin_ca_pem", d));
+        }
+    }
+    // The proxy chains relay to the origin in plain HTTP.
+    if spec.acceleration.is_some() && origin.as_ref().is_some_and(|o| o.https) {
+        e.push(FieldError::new(
+            "acceleration",
+            "acceleration is not available for an https:// origin yet; remove it or use http://",
+        ));
+    }
     if spec.flavor.is_empty() || spec.flavor.len() > 63 {
         e.push(FieldError::new(
             "flavor",
@@ -435,6 +481,7 @@ mod tests {
             quality: QualitySpec::default(),
             lease: LeaseSpec::default(),
             acceleration: None,
+            origin_ca_pem: None,
         }
     }
 
@@ -498,7 +545,8 @@ mod tests {
             c.origin,
             OriginUrl {
                 host: OriginHost::Name("origin.example.com".into()),
-                port: 8080
+                port: 8080,
+                https: false,
             }
         );
     }
@@ -549,8 +597,12 @@ mod tests {
             ok("http://localhost:9000").host,
             OriginHost::Name("localhost".into())
         );
+        assert_eq!(ok("https://10.0.0.1").port, 443);
+        assert!(ok("https://origin.example:8443/b").https);
+        assert!(!ok("http://origin.example").https);
         for bad in [
-            "https://example.com",
+            "https://",
+            "https://user@example.com",
             "ftp://example.com",
             "example.com",
             "http://",
@@ -575,6 +627,38 @@ mod tests {
         ] {
             assert!(origin_url(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_origin_ca_is_pem_certificates_for_an_https_origin() {
+        let ca = vcdn_http::tls::Ca::create("origin CA", 30).unwrap();
+        let mut s = spec();
+        s.origin = "https://origin.example.com".into();
+        s.origin_ca_pem = Some(ca.cert_pem.clone());
+        let c = order(s.clone(), &LIMITS, 1_000_000).unwrap();
+        assert!(c.origin.https);
+        assert_eq!(c.origin.port, 443);
+        s.origin_ca_pem = Some("-----BEGIN CERTIFICATE-----\nnot base64\n".into());
+        assert_eq!(fields(s.clone()), ["origin_ca_pem"]);
+        s.origin_ca_pem = Some("hello".into());
+        let e = order(s.clone(), &LIMITS, 1_000_000).unwrap_err();
+        assert!(e[0].detail.contains("no certificate found"), "{e:?}");
+        s.origin_ca_pem = Some(
+            ca.cert_pem
+                .repeat(MAX_ORIGIN_CA_PEM / ca.cert_pem.len() + 1),
+        );
+        assert_eq!(fields(s.clone()), ["origin_ca_pem"]);
+        // For a plain origin it would do nothing: refused.
+        s.origin = "http://origin.example.com".into();
+        s.origin_ca_pem = Some(ca.cert_pem.clone());
+        assert_eq!(fields(s.clone()), ["origin_ca_pem"]);
+        // Proxy chains speak plain HTTP to the origin.
+        s.origin = "https://origin.example.com".into();
+        s.acceleration = Some(AccelerationSpec {
+            uncacheable: true,
+            ..Default::default()
+        });
+        assert_eq!(fields(s), ["acceleration"]);
     }
 
     #[test]

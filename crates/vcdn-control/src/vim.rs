@@ -26,6 +26,9 @@ pub struct InstanceSpec {
     /// The service's origin policy (text form) the cache enforces at every
     /// upstream connect; empty for none.
     pub origin_policy: String,
+    /// PEM CA certificates an `https://` upstream is verified against
+    /// (the service's `origin_ca_pem`); a cache gets them as a file.
+    pub origin_ca_pem: Option<String>,
     pub vcpus: u32,
     /// CPU time the quota allows, in CPUs (normally `vcpus`; a fraction
     /// for calibration runs).
@@ -66,7 +69,11 @@ const INSTANCE_COMMANDS: [&str; 2] = ["cache", "proxy"];
 
 /// The command line (after the binary) and the secret environment of an
 /// instance: `vcdn cache …` or `vcdn proxy …`, with `--instance-id` last.
-pub fn command(spec: &InstanceSpec) -> (Vec<String>, Vec<(&'static str, String)>) {
+/// `origin_ca_file` is where the driver wrote the spec's `origin_ca_pem`.
+pub fn command(
+    spec: &InstanceSpec,
+    origin_ca_file: Option<&Path>,
+) -> (Vec<String>, Vec<(&'static str, String)>) {
     let mut args: Vec<String> = Vec::new();
     let mut flag = |k: &str, v: String| {
         args.push(k.into());
@@ -79,6 +86,9 @@ pub fn command(spec: &InstanceSpec) -> (Vec<String>, Vec<(&'static str, String)>
             flag("--admin", spec.admin.to_string());
             flag("--memory", format!("{}M", spec.memory_mib.max(1) / 2));
             flag("--threads", spec.vcpus.max(1).to_string());
+            if let Some(f) = origin_ca_file {
+                flag("--origin-ca-file", f.to_string_lossy().into_owned());
+            }
             vec![("VCDN_ADMIN_TOKEN", spec.admin_token.clone())]
         }
         Some(p) => {
@@ -195,6 +205,8 @@ pub struct LocalVim {
     binary: PathBuf,
     mark: String,
     logs: PathBuf,
+    /// Files an instance is started with (`instances/ID/`).
+    instances: PathBuf,
     cpu: CpuControl,
     children: Mutex<HashMap<String, Child>>,
     next_cpu: Mutex<usize>,
@@ -213,10 +225,24 @@ impl LocalVim {
             binary,
             mark,
             logs,
+            instances: data_dir.join("instances"),
             cpu,
             children: Mutex::new(HashMap::new()),
             next_cpu: Mutex::new(0),
         })
+    }
+
+    /// Writes an instance's origin CA bundle to `instances/ID/origin-ca.pem`
+    /// in the data directory (replaced whole: a restarted instance gets
+    /// the service's current one).
+    fn write_origin_ca(&self, id: &str, pem: &str) -> std::io::Result<PathBuf> {
+        let dir = self.instances.join(id);
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("origin-ca.pem");
+        let tmp = dir.join("origin-ca.pem.new");
+        std::fs::write(&tmp, pem)?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(path)
     }
 
     fn cgroup_dir(&self, id: &str) -> Option<PathBuf> {
@@ -323,8 +349,12 @@ impl Vim for LocalVim {
             .open(self.logs.join(format!("{}.log", spec.id)))
             .map_err(err)?;
         let log2 = log.try_clone().map_err(err)?;
+        let ca_file = match (&spec.origin_ca_pem, &spec.proxy) {
+            (Some(pem), None) => Some(self.write_origin_ca(&spec.id, pem).map_err(err)?),
+            _ => None,
+        };
         let (procs, cpus, cpu_limit) = self.prepare_cpu(spec);
-        let (args, secrets) = command(spec);
+        let (args, secrets) = command(spec, ca_file.as_deref());
         let mut cmd = Command::new(&self.binary);
         cmd.args(&args)
             .stdin(Stdio::null())
@@ -368,6 +398,8 @@ impl Vim for LocalVim {
     }
 
     fn stop(&self, id: &str, pid: Option<u32>) {
+        // Files it was started with (a restart writes them again).
+        let _ = std::fs::remove_dir_all(self.instances.join(id));
         let mut child = self.children.lock().remove(id);
         if let Some(pid) = child.as_ref().map(|c| c.id()).or(pid) {
             let mut running = || match &mut child {
@@ -510,6 +542,7 @@ mod tests {
             admin_token: "admin-secret".into(),
             upstream: "http://127.3.0.9:80".into(),
             origin_policy: "deny non-public".into(),
+            origin_ca_pem: None,
             vcpus: 1,
             cpu_quota: 1.0,
             memory_mib: 256,
@@ -519,15 +552,18 @@ mod tests {
 
     #[test]
     fn a_proxy_is_started_with_the_contract_flags_and_its_secrets_in_the_environment() {
-        let (args, env) = command(&spec(Some(ProxySpec {
-            location: "paris".into(),
-            service: "s-1".into(),
-            peers: vec![("marseille".into(), "127.12.0.1:8080".parse().unwrap())],
-            egress: "marseille".into(),
-            hop_key: "hop-secret".into(),
-            warm: Some(4),
-            controller: Some(("http://127.0.0.1:8070".into(), "ctl-secret".into())),
-        })));
+        let (args, env) = command(
+            &spec(Some(ProxySpec {
+                location: "paris".into(),
+                service: "s-1".into(),
+                peers: vec![("marseille".into(), "127.12.0.1:8080".parse().unwrap())],
+                egress: "marseille".into(),
+                hop_key: "hop-secret".into(),
+                warm: Some(4),
+                controller: Some(("http://127.0.0.1:8070".into(), "ctl-secret".into())),
+            })),
+            None,
+        );
         assert_eq!(
             args.join(" "),
             "proxy --name paris --listen 127.10.0.2:8080 --admin 127.10.0.2:9080 --service s-1 \
@@ -553,13 +589,43 @@ mod tests {
 
     #[test]
     fn a_cache_is_started_as_before() {
-        let (args, env) = command(&spec(None));
+        let (args, env) = command(&spec(None), None);
         assert_eq!(
             args.join(" "),
             "cache --listen 127.10.0.2:8080 --upstream http://127.3.0.9:80 --admin 127.10.0.2:9080 \
              --memory 128M --threads 1 --origin-policy deny non-public --instance-id i-1.abc"
         );
         assert_eq!(env, [("VCDN_ADMIN_TOKEN", "admin-secret".to_string())]);
+    }
+
+    /// An https:// origin with the service's own CA: the local VIM writes
+    /// the bundle into the instance's directory and names it.
+    #[test]
+    fn a_cache_of_an_https_origin_gets_the_services_ca_as_a_file() {
+        let data = std::env::temp_dir().join(format!("vcdn-vim-ca-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).unwrap();
+        let vim = LocalVim::new("/bin/true".into(), &data).unwrap();
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let path = vim.write_origin_ca("i-1", pem).unwrap();
+        assert_eq!(path, data.join("instances/i-1/origin-ca.pem"));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), pem);
+        let mut s = spec(None);
+        s.upstream = "https://origin.example".into();
+        let (args, _) = command(&s, Some(&path));
+        assert!(
+            args.join(" ").contains(&format!(
+                "--upstream https://origin.example --admin 127.10.0.2:9080 --memory 128M --threads 1 --origin-ca-file {}",
+                path.display()
+            )),
+            "{args:?}"
+        );
+        vim.stop("i-1", None);
+        assert!(
+            !data.join("instances/i-1").exists(),
+            "removed with the instance"
+        );
+        let _ = std::fs::remove_dir_all(&data);
     }
 
     #[test]

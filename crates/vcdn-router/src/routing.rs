@@ -22,7 +22,7 @@ use crate::state::{EdgeCache, Service, Snapshot};
 /// An origin URL split into what redirects and DNS need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OriginUrl {
-    /// `http://host[:port]`, no trailing slash.
+    /// `http://host[:port]` or `https://...`, no trailing slash.
     pub base: String,
     pub host: String,
     pub port: u16,
@@ -33,9 +33,11 @@ pub struct OriginUrl {
 
 impl OriginUrl {
     pub fn parse(url: &str) -> Result<OriginUrl, String> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            format!("'{url}' must start with http:// (TLS origins are not supported yet)")
-        })?;
+        let (scheme, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(r), _) => ("http", r),
+            (_, Some(r)) => ("https", r),
+            _ => return Err(format!("'{url}' must start with http:// or https://")),
+        };
         let authority = rest.split('/').next().unwrap_or("");
         if rest.len() > authority.len() && rest[authority.len()..] != *"/" {
             return Err(format!(
@@ -57,6 +59,7 @@ impl OriginUrl {
             }
         };
         let port = match port {
+            None if scheme == "https" => 443,
             None => 80,
             Some(p) => p.parse().map_err(|_| format!("'{url}': bad port '{p}'"))?,
         };
@@ -67,7 +70,7 @@ impl OriginUrl {
             ));
         }
         Ok(OriginUrl {
-            base: format!("http://{authority}"),
+            base: format!("{scheme}://{authority}"),
             host,
             port,
             ip,
@@ -284,7 +287,9 @@ mod tests {
         );
         let o = OriginUrl::parse("http://[::1]:81").unwrap();
         assert_eq!(o.ip, Some("::1".parse().unwrap()));
-        assert!(OriginUrl::parse("https://x.example").is_err());
+        let o = OriginUrl::parse("https://x.example").unwrap();
+        assert_eq!((o.base.as_str(), o.port), ("https://x.example", 443));
+        assert!(OriginUrl::parse("ftp://x.example").is_err());
         assert!(OriginUrl::parse("http://x.example/path").is_err());
         assert!(OriginUrl::parse("http://bad host").is_err());
         assert!(OriginUrl::parse("http://x:port").is_err());

@@ -89,6 +89,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             admin_token: vcdn_control::control::random_hex(16),
             upstream: format!("http://{origin}"),
             origin_policy: String::new(),
+            origin_ca_pem: None,
             vcpus: 1,
             cpu_quota: a.cpus,
             memory_mib: 2048,

@@ -132,7 +132,7 @@ struct CacheArgs {
     /// Address to serve clients on [default: 127.0.0.1:8080].
     #[arg(long, env = "VCDN_LISTEN")]
     listen: Option<SocketAddr>,
-    /// Origin or parent cache, http://host:port[/base].
+    /// Origin or parent cache, http://host:port[/base] or https://host[:port][/base].
     #[arg(long, env = "VCDN_UPSTREAM")]
     upstream: Option<String>,
     /// Address of the control API, /metrics and /healthz.
@@ -171,6 +171,15 @@ struct CacheArgs {
     /// to, e.g. "deny non-public, allow 127.0.0.1:9000" [default: allow all].
     #[arg(long, env = "VCDN_ORIGIN_POLICY")]
     origin_policy: Option<String>,
+    /// PEM bundle of the CA certificates an https:// upstream is verified
+    /// against [default: the system roots].
+    #[arg(long, env = "VCDN_ORIGIN_CA_FILE")]
+    origin_ca_file: Option<PathBuf>,
+    /// Name sent in SNI and verified in an https:// upstream's certificate
+    /// instead of the URL's host (for an origin addressed by IP, or to pin
+    /// the name).
+    #[arg(long, env = "VCDN_ORIGIN_TLS_NAME")]
+    origin_tls_name: Option<String>,
     /// TOML file with any of these settings (flags win).
     #[arg(long, env = "VCDN_CONFIG")]
     config: Option<PathBuf>,
@@ -360,6 +369,12 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     }
     if let Some(v) = a.origin_policy {
         c.origin_policy = v;
+    }
+    if a.origin_ca_file.is_some() {
+        c.origin_ca_file = a.origin_ca_file;
+    }
+    if a.origin_tls_name.is_some() {
+        c.origin_tls_name = a.origin_tls_name;
     }
     Ok(c)
 }
