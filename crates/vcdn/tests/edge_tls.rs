@@ -190,6 +190,11 @@ async fn http_get<S: AsyncRead + AsyncWrite + Unpin>(
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
         .await
         .unwrap();
+    http_read(s).await
+}
+
+/// Read one response with a Content-Length: status, head (lowercase), body.
+async fn http_read<S: AsyncRead + Unpin>(s: &mut S) -> (u16, String, Vec<u8>) {
     let mut buf = Vec::new();
     let end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -272,6 +277,33 @@ async fn a_certificate_replaced_live_serves_new_connections_while_old_ones_go_on
     let mut none = connect(&client_config(&dir, &[]), t, "a.example").await;
     assert_eq!(none.get_ref().1.alpn_protocol(), None);
     assert_eq!(http_get(&mut none, "a.example", "/size/100").await.0, 200);
+
+    // A request body larger than one read, streamed upstream as it is
+    // decrypted.
+    let body: Vec<u8> = (0..900_000u32).map(|i| (i % 251) as u8).collect();
+    let mut s = connect(&cfg, t, "a.example").await;
+    let head = format!(
+        "POST /echo HTTP/1.1\r\nHost: a.example\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body).await.unwrap();
+    let (status, head, echoed) = http_read(&mut s).await;
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("x-cache: pass"), "{head}");
+    assert!(echoed == body, "the echoed body differs");
+    // One too large is refused, and the connection ends with close_notify:
+    // the client sees a clean end of the TLS stream, not a cut.
+    s.write_all(b"POST /echo HTTP/1.1\r\nHost: a.example\r\nContent-Length: 100000000\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest))
+        .await
+        .expect("closed in time")
+        .expect("a clean close (close_notify)");
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.starts_with("HTTP/1.1 413"), "{rest}");
 }
 
 #[tokio::test]
