@@ -769,7 +769,12 @@ impl Conn<'_> {
                 if b.len() <= INLINE_BODY {
                     self.out.extend_from_slice(&b);
                 } else {
-                    self.flush().await?;
+                    if let Wire::Tls(_) = self.wire {
+                        // Head and body leave in one vectored write.
+                        self.flush_more().await?;
+                    } else {
+                        self.flush().await?;
+                    }
                     self.write(&b).await?;
                 }
             }

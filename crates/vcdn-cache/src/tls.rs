@@ -343,7 +343,7 @@ mod tests {
             "*.",
             "a.*.b",
             "a\"b",
-            &"x".repeat(64).as_str(),
+            "x".repeat(64).as_str(),
         ] {
             assert_eq!(cert_name(bad), None, "{bad:?}");
         }

@@ -130,6 +130,11 @@ async fn curl_gets_each_names_certificate_the_right_body_and_hits_over_tls_1_3_a
             assert_eq!(r.body, synth(n), "{host} {want}: body differs");
         }
     }
+    // A name with no certificate of its own gets the default one (the
+    // first loaded), which curl then finds does not cover it.
+    let r = curl(&dir, t, "other.example", "/size/1000", &["-k"]);
+    assert!(r.log.contains("subject: CN=a.example"), "{}", r.log);
+    assert!(r.head.contains("x-cache: hit"), "{}", r.head);
     // A large object: streamed on the miss, sent from the shared-memory
     // body on the hit (encrypted from the mapping), intact both times and
     // over both versions.
@@ -694,4 +699,47 @@ async fn without_any_certificate_handshakes_fail_with_an_alert_and_the_cache_liv
     );
     let r = curl(&dir, t, "a.example", "/size/10", &[]);
     assert_eq!(r.body, synth(10));
+}
+
+#[tokio::test]
+async fn idle_tls_connections_use_bounded_memory() {
+    const N: usize = 1000;
+    let dir = tempdir("edge-tls-idle");
+    issue_certs(&dir);
+    let o = origin();
+    let c = tls_cache(o.addr, &dir, &[]);
+    let t = c.tls.unwrap();
+    let client = client_config(&dir, &[b"http/1.1"]);
+    // Warm up: the object, the session caches, the allocator's arenas.
+    for _ in 0..20 {
+        let mut s = connect(&client, t, "a.example").await;
+        assert_eq!(http_get(&mut s, "a.example", "/size/100").await.0, 200);
+    }
+    let pid = c.child.id();
+    let before = rss_kib(pid);
+    let mut conns = Vec::with_capacity(N);
+    for _ in 0..N {
+        // Each does a request, so it is past the handshake and idle in the
+        // connection loop, as a browser's keep-alive connection is.
+        let mut s = connect(&client, t, "a.example").await;
+        assert_eq!(http_get(&mut s, "a.example", "/size/100").await.0, 200);
+        conns.push(s);
+    }
+    let m = metrics(&c).await;
+    assert_eq!(
+        metric(&m, "vcdn_cache_tls_connections{alpn=\"http/1.1\"}"),
+        N as u64,
+        "{m}"
+    );
+    let after = rss_kib(pid);
+    let per_conn = after.saturating_sub(before) * 1024 / N as u64;
+    eprintln!("RSS {before} KiB -> {after} KiB with {N} idle TLS connections ({per_conn} B each)");
+    assert!(
+        per_conn < 24 * 1024,
+        "an idle TLS connection costs {per_conn} B"
+    );
+    // They all still work.
+    for s in conns.iter_mut().step_by(100) {
+        assert_eq!(http_get(s, "a.example", "/size/100").await.0, 200);
+    }
 }
