@@ -743,3 +743,27 @@ async fn idle_tls_connections_use_bounded_memory() {
         assert_eq!(http_get(s, "a.example", "/size/100").await.0, 200);
     }
 }
+
+#[tokio::test]
+async fn an_object_larger_than_memory_arrives_intact_over_tls_from_the_disk_tier() {
+    let dir = tempdir("edge-tls-disk");
+    issue_certs(&dir);
+    let disk = dir.join("disk");
+    let o = origin();
+    let c = tls_cache(
+        o.addr,
+        &dir,
+        &["--memory", "1M", "--disk", disk.to_str().unwrap(), "--disk-size", "64M"],
+    );
+    let t = c.tls.unwrap();
+    const SIZE: usize = 5 << 20;
+    let path = format!("/size/{SIZE}");
+    // The miss is sent from the file being written, the hit from the
+    // stored file (mapped), both encrypted in user space.
+    for want in ["miss", "hit", "hit"] {
+        let r = curl(&dir, t, "b.example", &path, &[]);
+        assert!(r.head.contains(&format!("x-cache: {want}")), "{}", r.head);
+        assert!(r.body == synth(SIZE), "the body differs ({want})");
+    }
+    assert_eq!(origin_count(o.addr, &path).await, 1);
+}
