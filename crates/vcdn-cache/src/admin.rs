@@ -50,8 +50,9 @@ async fn route(cache: &Arc<Cache>, guard: &Guard, req: Request) -> Response {
                     match m {
                         Method::Put => tls_put(cache, name, &req.body),
                         Method::Delete => tls_delete(cache, name),
+                        Method::Get => tls_get(cache, name),
                         _ => Response::problem(405, "method not allowed on this endpoint")
-                            .header("Allow", "PUT, DELETE"),
+                            .header("Allow", "GET, PUT, DELETE"),
                     }
                 }
                 (_, "/tls/certificates") => {
@@ -492,6 +493,19 @@ fn tls_put(cache: &Cache, raw: &str, body: &[u8]) -> Response {
     cache.certs.set(&name, bundle);
     tracing::info!(name, fingerprint = %info.fingerprint, not_after = %info.not_after_rfc3339(), "TLS certificate set");
     json_ok(crate::tls::describe(&name, &info, ocsp))
+}
+
+fn tls_get(cache: &Cache, raw: &str) -> Response {
+    let name = crate::tls::cert_name(&percent_decode(raw));
+    match cache
+        .certs
+        .list()
+        .into_iter()
+        .find(|(n, ..)| Some(n) == name.as_ref())
+    {
+        Some((n, info, ocsp)) => json_ok(crate::tls::describe(&n, &info, ocsp)),
+        None => Response::problem(404, "no certificate with this name"),
+    }
 }
 
 fn tls_delete(cache: &Cache, raw: &str) -> Response {
