@@ -782,3 +782,50 @@ async fn an_object_larger_than_memory_arrives_intact_over_tls_from_the_disk_tier
     }
     assert_eq!(origin_count(o.addr, &path).await, 1);
 }
+
+#[tokio::test]
+async fn idle_and_send_timeouts_hold_over_tls() {
+    let dir = tempdir("edge-tls-timeouts");
+    issue_certs(&dir);
+    let o = origin();
+    let cfg = write_config(&dir, "idle_timeout_ms = 1000\nsend_timeout_ms = 1000\n");
+    let c = tls_cache(o.addr, &dir, &["--config", &cfg]);
+    let t = c.tls.unwrap();
+    let client = client_config(&dir, &[b"http/1.1"]);
+    // Idle after a request: closed (with close_notify) after the idle timeout.
+    let mut idle = connect(&client, t, "a.example").await;
+    assert_eq!(http_get(&mut idle, "a.example", "/size/100").await.0, 200);
+    let start = Instant::now();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), idle.read_to_end(&mut rest))
+        .await
+        .expect("closed in time")
+        .expect("a clean close (close_notify)");
+    let took = start.elapsed();
+    assert!(rest.is_empty());
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(3),
+        "idle connection closed after {took:?}"
+    );
+    // A client that asks for a large object and never reads is dropped
+    // after the send timeout, and its slot given back.
+    let path = format!("/size/{}", 8 << 20);
+    let mut warm = connect(&client, t, "a.example").await;
+    assert_eq!(http_get(&mut warm, "a.example", &path).await.0, 200);
+    drop(warm);
+    let before = metric(&metrics(&c).await, "vcdn_cache_client_timeouts_total");
+    let mut stuck = connect(&client, t, "a.example").await;
+    stuck
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: a.example\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let admin_addr = c.admin.unwrap();
+    let dropped = eventually(6, || async move {
+        let m = String::from_utf8_lossy(&get(admin_addr, "/metrics").await.body).into_owned();
+        metric(&m, "vcdn_cache_client_timeouts_total") > before
+            && metric(&m, "vcdn_cache_connections_open") == 0
+    })
+    .await;
+    assert!(dropped, "a client that does not read was not dropped");
+    drop(stuck);
+}
