@@ -30,6 +30,10 @@ fn issue_certs(dir: &Path) -> Ca {
         std::fs::write(certs.join(format!("{name}.crt")), &m.cert_pem).unwrap();
         std::fs::write(certs.join(format!("{name}.key")), &m.key_pem).unwrap();
     }
+    // An OCSP response to staple with b.example's certificate (a DER
+    // OCSPResponse whose status is "unauthorized": enough for a client to
+    // show that it was stapled).
+    std::fs::write(certs.join("b.example.ocsp"), [0x30, 0x03, 0x0a, 0x01, 0x06]).unwrap();
     ca
 }
 
@@ -382,6 +386,11 @@ async fn the_admin_api_refuses_bad_certificates_with_reasons_and_never_shows_key
         "{out}"
     );
     assert!(out.contains("OCSP Response Status: unauthorized"), "{out}");
+    // Stapled from the certificate directory too, over TLS 1.3.
+    let out = s_client(&dir, c.tls.unwrap(), "b.example", &["-status", "-tls1_3"], None);
+    assert!(out.contains("OCSP Response Status: unauthorized"), "{out}");
+    let out = s_client(&dir, c.tls.unwrap(), "a.example", &["-status"], None);
+    assert!(out.contains("OCSP response: no response sent"), "{out}");
 
     // The list shows names, expiry and fingerprints, never a key.
     let r = admin(&c, "GET", "/tls/certificates", "").await;
