@@ -803,9 +803,9 @@ impl Conn<'_> {
                                 if chunked {
                                     let mut h = Vec::with_capacity(12);
                                     chunk_header(b.len() as usize, &mut h);
-                                    self.write(&h).await?;
+                                    self.write_more(&h).await?;
                                     self.write_piece(&b).await?;
-                                    self.write(b"\r\n").await?;
+                                    self.write_more(b"\r\n").await?;
                                 } else {
                                     self.write_piece(&b).await?;
                                 }
@@ -919,6 +919,15 @@ impl Conn<'_> {
             self.out.clear();
         }
         Ok(())
+    }
+
+    /// Write `b`; over TLS, leave its records buffered to leave with
+    /// the next write (a chunk's framing with its data, in one `writev`).
+    async fn write_more(&mut self, b: &[u8]) -> std::io::Result<()> {
+        if let Wire::Tls(tls) = &mut self.wire {
+            return wire::send(&self.stream, self.cache, tls, b, false).await;
+        }
+        self.write(b).await
     }
 
     async fn write(&mut self, b: &[u8]) -> std::io::Result<()> {

@@ -154,6 +154,16 @@ async fn curl_gets_each_names_certificate_the_right_body_and_hits_over_tls_1_3_a
         assert_eq!(r.body.len(), BIG);
         assert!(r.body == synth(BIG), "the large body differs ({want})");
     }
+    // A stream of unknown length, relayed chunked as it arrives.
+    let r = curl(
+        &dir,
+        t,
+        "a.example",
+        "/stream?chunks=5&interval_ms=20&size=3000",
+        &[],
+    );
+    assert!(r.head.contains("transfer-encoding: chunked"), "{}", r.head);
+    assert_eq!(r.body.len(), 15_000, "{}", r.head);
     // The same cache serves plain HTTP as before.
     let r = get(c.addr, "/size/1000").await;
     assert_eq!(x_cache(&r), "HIT");
@@ -387,7 +397,13 @@ async fn the_admin_api_refuses_bad_certificates_with_reasons_and_never_shows_key
     );
     assert!(out.contains("OCSP Response Status: unauthorized"), "{out}");
     // Stapled from the certificate directory too, over TLS 1.3.
-    let out = s_client(&dir, c.tls.unwrap(), "b.example", &["-status", "-tls1_3"], None);
+    let out = s_client(
+        &dir,
+        c.tls.unwrap(),
+        "b.example",
+        &["-status", "-tls1_3"],
+        None,
+    );
     assert!(out.contains("OCSP Response Status: unauthorized"), "{out}");
     let out = s_client(&dir, c.tls.unwrap(), "a.example", &["-status"], None);
     assert!(out.contains("OCSP response: no response sent"), "{out}");
