@@ -269,7 +269,10 @@ async fn handshake_and_serve(
 ) {
     let m = &cache.metrics;
     let limit = Duration::from_millis(cache.cfg.header_timeout_ms);
-    let tls = match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
+    // Boxed, as the connection futures below: the task keeps only the
+    // state of the stage it is in (a handshake's state is freed when done,
+    // and an idle connection does not carry room for it).
+    let tls = match tokio::time::timeout(limit, Box::pin(acceptor.accept(tcp))).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             m.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
@@ -290,7 +293,13 @@ async fn handshake_and_serve(
     }
     if conn.alpn_protocol() == Some(b"h2") {
         let _open = Open::count(&m.tls_open_h2);
-        crate::h2front::serve(cache.clone(), tls, peer, Bytes::new()).await;
+        Box::pin(crate::h2front::serve(
+            cache.clone(),
+            tls,
+            peer,
+            Bytes::new(),
+        ))
+        .await;
         return;
     }
     let (tcp, conn) = tls.into_inner();
@@ -309,7 +318,7 @@ async fn handshake_and_serve(
         }
     };
     let _open = Open::count(&m.tls_open_http1);
-    server::connection_tls(cache, stream, Box::new(conn), peer).await;
+    Box::pin(server::connection_tls(cache, stream, Box::new(conn), peer)).await;
 }
 
 #[cfg(test)]
