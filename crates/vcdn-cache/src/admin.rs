@@ -1,5 +1,6 @@
 //! The control API (MiniCache's µSH shell, over HTTP): object listing and
-//! statistics, purge, prefetch, plus `/metrics` and `/healthz`. Every
+//! statistics, purge, prefetch, the TLS listener's certificates, plus
+//! `/metrics` and `/healthz`. Every
 //! endpoint but the last two requires `Authorization: Bearer TOKEN`.
 
 use std::sync::atomic::Ordering;
@@ -43,13 +44,27 @@ async fn route(cache: &Arc<Cache>, guard: &Guard, req: Request) -> Response {
                 (Method::Get, p) if p.starts_with("/objects/") => object(cache, &p[9..]),
                 (Method::Post, "/purge") => purge(cache, &req.body),
                 (Method::Post, "/prefetch") => prefetch(cache, &req.body).await,
+                (Method::Get, "/tls/certificates") => tls_list(cache),
+                (m, p) if p.starts_with("/tls/certificates/") => {
+                    let name = &p["/tls/certificates/".len()..];
+                    match m {
+                        Method::Put => tls_put(cache, name, &req.body),
+                        Method::Delete => tls_delete(cache, name),
+                        Method::Get => tls_get(cache, name),
+                        _ => Response::problem(405, "method not allowed on this endpoint")
+                            .header("Allow", "GET, PUT, DELETE"),
+                    }
+                }
+                (_, "/tls/certificates") => {
+                    Response::problem(405, "method not allowed on this endpoint").header("Allow", "GET")
+                }
                 (_, "/stats" | "/objects" | "/purge" | "/prefetch") => {
                     Response::problem(405, "method not allowed on this endpoint")
                         .header("Allow", if path == "/purge" || path == "/prefetch" { "POST" } else { "GET" })
                 }
                 _ => Response::problem(
                     404,
-                    "no such endpoint; try /stats, /objects, /purge, /prefetch, /metrics or /healthz",
+                    "no such endpoint; try /stats, /objects, /purge, /prefetch, /tls/certificates, /metrics or /healthz",
                 ),
             }
         }
@@ -202,6 +217,7 @@ fn metrics(cache: &Cache) -> Response {
         .metrics
         .render(cache.upstream.retries.load(Ordering::Relaxed), &gauges);
     cache.upstream.render_tls_metrics(&mut text);
+    cache.metrics.render_tls(&cache.certs.list(), &mut text);
     Response::new(200, "text/plain; version=0.0.4", text)
 }
 
@@ -410,4 +426,102 @@ async fn prefetch(cache: &Arc<Cache>, body: &[u8]) -> Response {
         cache.store.get_memory(id, &k).is_some() || cache.store.on_disk(id)
     };
     json_ok(json!({ "url": path, "status": status, "bytes": size, "cached": cached }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CertPut {
+    cert_pem: String,
+    key_pem: String,
+    #[serde(default)]
+    ocsp_base64: Option<String>,
+}
+
+fn tls_list(cache: &Cache) -> Response {
+    let list: Vec<Value> = cache
+        .certs
+        .list()
+        .iter()
+        .map(|(n, info, ocsp)| crate::tls::describe(n, info, *ocsp))
+        .collect();
+    json_ok(json!(list))
+}
+
+/// A certificate and key for a host name (or `_wildcard.DOMAIN`), checked
+/// (chain order, key match, valid now, covers the name) and used by the
+/// next handshakes; connections already up keep the one they have.
+fn tls_put(cache: &Cache, raw: &str, body: &[u8]) -> Response {
+    use base64::Engine;
+    let Some(name) = crate::tls::cert_name(&percent_decode(raw)) else {
+        return Response::problem(
+            400,
+            "the certificate name must be a host name, or _wildcard.DOMAIN for *.DOMAIN",
+        );
+    };
+    let b: CertPut = match serde_json::from_slice(body) {
+        Ok(b) => b,
+        Err(e) => {
+            return Response::problem(
+                400,
+                &format!("expected {{\"cert_pem\": \"...\", \"key_pem\": \"...\", \"ocsp_base64\": \"...\" (optional)}}: {e}"),
+            )
+        }
+    };
+    let ocsp = match b
+        .ocsp_base64
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        None => None,
+        Some(t) => match base64::engine::general_purpose::STANDARD.decode(t) {
+            Ok(d) => Some(d),
+            Err(e) => return Response::problem(400, &format!("ocsp_base64 is not base64: {e}")),
+        },
+    };
+    let bundle = match crate::tls::check(
+        &name,
+        b.cert_pem.as_bytes(),
+        b.key_pem.as_bytes(),
+        ocsp,
+        date::unix_now() as i64,
+    ) {
+        Ok(bundle) => bundle,
+        Err(e) => return Response::problem(400, &e.to_string()),
+    };
+    let ocsp = bundle.key.ocsp.is_some();
+    let info = bundle.info.clone();
+    cache.certs.set(&name, bundle);
+    tracing::info!(name, fingerprint = %info.fingerprint, not_after = %info.not_after_rfc3339(), "TLS certificate set");
+    json_ok(crate::tls::describe(&name, &info, ocsp))
+}
+
+fn tls_get(cache: &Cache, raw: &str) -> Response {
+    let name = crate::tls::cert_name(&percent_decode(raw));
+    match cache
+        .certs
+        .list()
+        .into_iter()
+        .find(|(n, ..)| Some(n) == name.as_ref())
+    {
+        Some((n, info, ocsp)) => json_ok(crate::tls::describe(&n, &info, ocsp)),
+        None => Response::problem(404, "no certificate with this name"),
+    }
+}
+
+fn tls_delete(cache: &Cache, raw: &str) -> Response {
+    let Some(name) = crate::tls::cert_name(&percent_decode(raw)) else {
+        return Response::problem(404, "no certificate with this name");
+    };
+    if cache.certs.remove(&name) {
+        tracing::info!(name, "TLS certificate removed");
+        Response {
+            status: 204,
+            headers: Vec::new(),
+            body: vcdn_http::serve::Body::Full(bytes::Bytes::new()),
+            content_length: None,
+        }
+    } else {
+        Response::problem(404, "no certificate with this name")
+    }
 }

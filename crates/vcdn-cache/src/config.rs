@@ -13,6 +13,15 @@ use serde::Deserialize;
 pub struct CacheConfig {
     /// Address clients connect to.
     pub listen: SocketAddr,
+    /// Address clients connect to over TLS (HTTP/1.1 and HTTP/2 by ALPN).
+    /// None: no TLS listener.
+    pub tls_listen: Option<SocketAddr>,
+    /// Certificates loaded at start: `NAME.crt` (PEM chain, server
+    /// certificate first) and `NAME.key` (PEM key), optionally `NAME.ocsp`
+    /// (a DER OCSP response to staple). NAME is the host name, or
+    /// `_wildcard.example.com` for `*.example.com`. More are pushed live
+    /// through the admin API.
+    pub tls_cert_dir: Option<PathBuf>,
     /// Origin or parent cache: `http://host:port[/base-path]`, or
     /// `https://...` (TLS, verified against the system roots or
     /// `origin_ca_file`).
@@ -116,6 +125,8 @@ impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
             listen: "127.0.0.1:8080".parse().expect("static address"),
+            tls_listen: None,
+            tls_cert_dir: None,
             upstream: "http://127.0.0.1:9000".into(),
             origin_ca_file: None,
             origin_tls_name: None,
@@ -181,6 +192,11 @@ impl CacheConfig {
         if let Some(t) = self.admin_token.as_deref().filter(|t| !t.is_empty()) {
             vcdn_http::auth::check_token_strength("--admin-token", t)
                 .map_err(ConfigError::Invalid)?;
+        }
+        if self.tls_cert_dir.is_some() && self.tls_listen.is_none() {
+            return bad(
+                "--tls-cert-dir needs --tls-listen: certificates are only used by the TLS listener",
+            );
         }
         if self.memory < 64 * 1024 {
             return bad("--memory must be at least 64 KiB");

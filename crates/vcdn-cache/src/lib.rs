@@ -17,6 +17,8 @@
 //! - [`upstream_tls`]: TLS to an `https://` origin or parent;
 //! - [`proxy`]: what to answer to a request, as a [`reply::Reply`];
 //! - [`server`]: threads, listeners and the connection loop;
+//! - [`tls`] and [`wire`]: TLS at the edge (handshake, certificates by
+//!   SNI, ALPN dispatch) and the connection loop's I/O over TLS;
 //! - [`admin`] and [`ctl`]: the control API and its client.
 
 pub mod admin;
@@ -25,6 +27,7 @@ pub mod config;
 pub mod ctl;
 pub mod fetch;
 pub mod fill;
+mod h2front;
 pub mod key;
 pub mod metrics;
 pub mod object;
@@ -36,8 +39,10 @@ pub mod request_body;
 pub mod ring;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod upstream;
 pub mod upstream_tls;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,6 +53,8 @@ pub use proxy::Cache;
 /// A started cache: where it listens, and its shared state.
 pub struct Running {
     pub listen: SocketAddr,
+    /// Where clients connect over TLS, if asked.
+    pub tls_listen: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
     pub cache: Arc<Cache>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -82,6 +89,29 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                 .map_err(|e| format!("cannot listen on {listen}: {e}"))?,
         );
     }
+    // The TLS listeners: one per serving thread as well.
+    let mut tls_listeners = Vec::new();
+    let mut tls_listen = None;
+    if let Some(addr) = cfg.tls_listen {
+        let first = server::bind_reuseport(addr)
+            .map_err(|e| format!("cannot listen for TLS on {addr}: {e}"))?;
+        let at = first.local_addr().map_err(|e| e.to_string())?;
+        tls_listeners.push(first);
+        for _ in 1..threads {
+            tls_listeners.push(
+                server::bind_reuseport(at)
+                    .map_err(|e| format!("cannot listen for TLS on {at}: {e}"))?,
+            );
+        }
+        tls_listen = Some(at);
+        if cache.certs.is_empty() {
+            tracing::warn!(
+                "TLS listener without any certificate: handshakes fail until one is pushed (PUT /tls/certificates/NAME)"
+            );
+        }
+    }
+    let tls_config = tls_listen.map(|_| tls::server_config(&cache));
+    let mut tls_listeners = tls_listeners.into_iter();
     let admin = match cfg.admin {
         Some(a) => {
             let l = std::net::TcpListener::bind(a)
@@ -132,6 +162,7 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
     let use_ring = cache.cfg.io_uring && ring::available();
     for (i, l) in listeners.into_iter().enumerate() {
         let cache = cache.clone();
+        let tls = tls_listeners.next().zip(tls_config.clone());
         let h = std::thread::Builder::new()
             .name(format!("vcdn-cache-{i}"))
             .spawn(move || {
@@ -146,6 +177,11 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                     }
                 };
                 rt.block_on(async move {
+                    if let Some((l, config)) = tls {
+                        // TLS connections are served by the epoll loop
+                        // (the io_uring front end is for plain HTTP).
+                        tokio::spawn(tls::accept_loop(cache.clone(), l, config));
+                    }
                     if i == 0 && cache.store.disk().is_some() {
                             let c = cache.clone();
                             tokio::task::spawn_blocking(move || {
@@ -189,6 +225,7 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
     }
     Ok(Running {
         listen,
+        tls_listen,
         admin: admin_addr,
         cache,
         threads: handles,

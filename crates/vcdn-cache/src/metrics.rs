@@ -82,6 +82,35 @@ pub struct Metrics {
     pub purged: AtomicU64,
     /// Panics caught in request handling (bugs; see `crate::panic`).
     pub panics: AtomicU64,
+    /// TLS handshakes by how they ended (see `crate::tls`).
+    pub tls_handshakes_ok: AtomicU64,
+    pub tls_handshakes_failed: AtomicU64,
+    pub tls_handshakes_timeout: AtomicU64,
+    /// Handshakes that resumed a session (ticket or session ID).
+    pub tls_resumed: AtomicU64,
+    /// Handshakes failed because no certificate is loaded at all (shared
+    /// with the certificate resolver, which counts them).
+    pub tls_no_certificate: std::sync::Arc<AtomicU64>,
+    /// TLS connections open now, by protocol.
+    pub tls_open_h2: AtomicU64,
+    pub tls_open_http1: AtomicU64,
+}
+
+/// One of the TLS connections counted open in a gauge of [`Metrics`],
+/// given back when dropped.
+pub struct Open<'a>(&'a AtomicU64);
+
+impl<'a> Open<'a> {
+    pub fn count(gauge: &'a AtomicU64) -> Open<'a> {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Open(gauge)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Hits answered on a serving thread and not yet added to [`Metrics`]:
@@ -120,6 +149,51 @@ impl Metrics {
 
     pub fn count(&self, s: CacheStatus) -> u64 {
         self.requests[s.index()].load(Ordering::Relaxed)
+    }
+
+    /// The TLS listener's counters and gauges, and each certificate's
+    /// expiry (`certs`: name, what it says, whether OCSP is stapled), so
+    /// operators alert before a certificate runs out.
+    pub fn render_tls(&self, certs: &[(String, vcdn_http::tls::CertInfo, bool)], o: &mut String) {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        o.push_str("# HELP vcdn_cache_tls_handshakes_total TLS handshakes by how they ended (timeout: not done within header_timeout_ms).\n# TYPE vcdn_cache_tls_handshakes_total counter\n");
+        for (r, c) in [
+            ("ok", &self.tls_handshakes_ok),
+            ("failed", &self.tls_handshakes_failed),
+            ("timeout", &self.tls_handshakes_timeout),
+        ] {
+            let _ = writeln!(
+                o,
+                "vcdn_cache_tls_handshakes_total{{result=\"{r}\"}} {}",
+                g(c)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "# HELP vcdn_cache_tls_resumed_total TLS handshakes that resumed a session (ticket or session ID).\n# TYPE vcdn_cache_tls_resumed_total counter\nvcdn_cache_tls_resumed_total {}",
+            g(&self.tls_resumed)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP vcdn_cache_tls_no_certificate_total TLS handshakes refused because no certificate is loaded.\n# TYPE vcdn_cache_tls_no_certificate_total counter\nvcdn_cache_tls_no_certificate_total {}",
+            g(&self.tls_no_certificate)
+        );
+        o.push_str("# HELP vcdn_cache_tls_connections TLS connections open now, by ALPN protocol.\n# TYPE vcdn_cache_tls_connections gauge\n");
+        for (p, c) in [
+            ("h2", &self.tls_open_h2),
+            ("http/1.1", &self.tls_open_http1),
+        ] {
+            let _ = writeln!(o, "vcdn_cache_tls_connections{{alpn=\"{p}\"}} {}", g(c));
+        }
+        o.push_str("# HELP vcdn_cache_tls_certificate_not_after_seconds When each certificate expires (Unix time).\n# TYPE vcdn_cache_tls_certificate_not_after_seconds gauge\n");
+        for (name, info, _) in certs {
+            let _ = writeln!(
+                o,
+                "vcdn_cache_tls_certificate_not_after_seconds{{name=\"{}\"}} {}",
+                name.replace(['\\', '"', '\n'], "_"),
+                info.not_after
+            );
+        }
     }
 
     /// Render with the store and fetch gauges given by the caller.

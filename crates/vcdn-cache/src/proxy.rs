@@ -35,6 +35,9 @@ pub struct Cache {
     pub upstream: Upstream,
     pub metrics: Metrics,
     pub policy: PolicyConfig,
+    /// Certificates of the TLS listener, by SNI; loaded from
+    /// `tls_cert_dir` and replaced live through the admin API.
+    pub certs: Arc<vcdn_http::tls::CertStore>,
     /// Fetches in flight, by primary id: requests for the same object join
     /// them instead of asking upstream again.
     inflight: Mutex<HashMap<ObjectId, Arc<Fetch>>>,
@@ -119,7 +122,9 @@ impl Cache {
         let suffix = xxhash_rust::xxh3::xxh3_64(
             format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes(),
         ) & 0xff_ffff;
+        let certs = crate::tls::load_dir(cfg.tls_cert_dir.as_deref())?;
         Ok(Cache {
+            certs,
             via: format!("1.1 {}-{suffix:06x}", cfg.via),
             store,
             upstream,

@@ -25,6 +25,7 @@ use crate::proxy::{AtOnce, Cache};
 use crate::reply::{error_reply, Reply, ReplyBody};
 use crate::request_body::BodyClock;
 use crate::upstream::{BodyPiece, BodyStream, RequestBody};
+use crate::wire::{self, write_op, Wire};
 
 /// Bodies up to this size are copied into the batch buffer; larger ones are
 /// written from the stored bytes directly.
@@ -194,6 +195,8 @@ struct Conn<'a> {
     /// (or write) the socket is known drained (or full), so readiness is
     /// cleared without the extra system call that would return EAGAIN.
     stream: AsyncFd<StdStream>,
+    /// Plain or TLS (see `crate::wire`).
+    wire: Wire,
     peer: SocketAddr,
     /// Bytes read but not yet parsed. Empty (no allocation) while idle, so
     /// thousands of idle connections cost little memory.
@@ -230,10 +233,33 @@ pub(crate) async fn connection_from(
     peer: SocketAddr,
     h: Handover,
 ) {
+    serve(cache, stream, Wire::Plain, peer, h).await
+}
+
+/// Serve HTTP/1.1 on a connection whose TLS handshake is done (by
+/// `crate::tls`); `tls` may already hold the first request's bytes.
+pub(crate) async fn connection_tls(
+    cache: &Arc<Cache>,
+    stream: AsyncFd<StdStream>,
+    mut tls: Box<vcdn_http::tls::rustls::ServerConnection>,
+    peer: SocketAddr,
+) {
+    tls.set_buffer_limit(Some(wire::TLS_BUFFER));
+    serve(cache, stream, Wire::Tls(tls), peer, Handover::default()).await
+}
+
+async fn serve(
+    cache: &Arc<Cache>,
+    stream: AsyncFd<StdStream>,
+    wire: Wire,
+    peer: SocketAddr,
+    h: Handover,
+) {
     let cfg = &cache.cfg;
     let mut c = Conn {
         cache,
         stream,
+        wire,
         peer,
         rbuf: h.rbuf,
         out: Vec::new(),
@@ -267,6 +293,9 @@ pub(crate) async fn connection_from(
             "serving a connection; closed it",
             Some(peer),
         ),
+    }
+    if let Wire::Tls(tls) = &mut c.wire {
+        wire::close_notify(&c.stream, tls);
     }
 }
 
@@ -429,6 +458,9 @@ impl Conn<'_> {
 
     /// [`Conn::fill`] with reads of about `chunk` bytes.
     async fn fill_with(&mut self, deadline: Instant, chunk: usize) -> std::io::Result<usize> {
+        if let Wire::Tls(tls) = &mut self.wire {
+            return wire::fill(&self.stream, self.cache, tls, &mut self.rbuf, deadline).await;
+        }
         loop {
             let mut guard =
                 match tokio::time::timeout_at(deadline.into(), self.stream.readable()).await {
@@ -677,6 +709,12 @@ impl Conn<'_> {
         if self.flush().await.is_err() {
             return;
         }
+        if let Wire::Tls(tls) = &mut self.wire {
+            tls.send_close_notify();
+            if wire::push(&self.stream, self.cache, tls).await.is_err() {
+                return;
+            }
+        }
         let _ = rustix::net::shutdown(self.stream.get_ref(), rustix::net::Shutdown::Write);
         let until = Instant::now() + LINGER;
         let mut dropped = 0;
@@ -716,7 +754,12 @@ impl Conn<'_> {
                     self.out.extend_from_slice(&bytes);
                 } else {
                     self.flush_more().await?;
-                    self.send_file(&file, offset, bytes.len() as u64).await?;
+                    if let Wire::Tls(tls) = &mut self.wire {
+                        // Mapped already: encrypted from memory, no read.
+                        wire::send(&self.stream, self.cache, tls, &bytes, true).await?;
+                    } else {
+                        self.send_file(&file, offset, bytes.len() as u64).await?;
+                    }
                 }
             }
             ReplyBody::Full(b) => {
@@ -726,7 +769,12 @@ impl Conn<'_> {
                 if b.len() <= INLINE_BODY {
                     self.out.extend_from_slice(&b);
                 } else {
-                    self.flush().await?;
+                    if let Wire::Tls(_) = self.wire {
+                        // Head and body leave in one vectored write.
+                        self.flush_more().await?;
+                    } else {
+                        self.flush().await?;
+                    }
                     self.write(&b).await?;
                 }
             }
@@ -755,9 +803,9 @@ impl Conn<'_> {
                                 if chunked {
                                     let mut h = Vec::with_capacity(12);
                                     chunk_header(b.len() as usize, &mut h);
-                                    self.write(&h).await?;
+                                    self.write_more(&h).await?;
                                     self.write_piece(&b).await?;
-                                    self.write(b"\r\n").await?;
+                                    self.write_more(b"\r\n").await?;
                                 } else {
                                     self.write_piece(&b).await?;
                                 }
@@ -811,15 +859,18 @@ impl Conn<'_> {
         offset: u64,
         len: u64,
     ) -> std::io::Result<()> {
+        if let Wire::Tls(tls) = &mut self.wire {
+            return wire::send_file(&self.stream, self.cache, tls, file, offset, len).await;
+        }
         let mut off = offset;
         let end = offset + len;
         while off < end {
             let want = (end - off).min(1 << 30) as usize;
-            let n = self
-                .write_op(want, |s| {
-                    rustix::fs::sendfile(s, file, Some(&mut off), want).map_err(Into::into)
-                })
-                .await?;
+            let n = write_op(&self.stream, self.cache, |s| {
+                let n = rustix::fs::sendfile(s, file, Some(&mut off), want)?;
+                Ok((n, n < want))
+            })
+            .await?;
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
@@ -828,17 +879,24 @@ impl Conn<'_> {
     }
 
     /// Write the pending batch with MSG_MORE: the kernel holds it back to
-    /// share packets with the file data that follows (like TCP_CORK).
+    /// share packets with the file data that follows (like TCP_CORK). Over
+    /// TLS the records stay buffered until the body follows.
     async fn flush_more(&mut self) -> std::io::Result<()> {
         let out = std::mem::take(&mut self.out);
+        if let Wire::Tls(tls) = &mut self.wire {
+            let r = wire::send(&self.stream, self.cache, tls, &out, false).await;
+            self.out = out;
+            self.out.clear();
+            return r;
+        }
         let mut at = 0;
         while at < out.len() {
             let rest = &out[at..];
-            let n = self
-                .write_op(rest.len(), |s| {
-                    rustix::net::send(s, rest, rustix::net::SendFlags::MORE).map_err(Into::into)
-                })
-                .await?;
+            let n = write_op(&self.stream, self.cache, |s| {
+                let n = rustix::net::send(s, rest, rustix::net::SendFlags::MORE)?;
+                Ok((n, n < rest.len()))
+            })
+            .await?;
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
@@ -847,44 +905,6 @@ impl Conn<'_> {
         self.out = out;
         self.out.clear();
         Ok(())
-    }
-
-    /// Run one write-like operation of `want` bytes when the socket is
-    /// writable, within the send timeout. A short write means the socket
-    /// buffer is full, so readiness is cleared without another call.
-    async fn write_op(
-        &self,
-        want: usize,
-        mut op: impl FnMut(&StdStream) -> std::io::Result<usize>,
-    ) -> std::io::Result<usize> {
-        // Usually the socket is writable: try at once, without a timer.
-        match self.stream.try_io(tokio::io::Interest::WRITABLE, |s| op(s)) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            r => return r,
-        }
-        let wait = Duration::from_millis(self.cache.cfg.send_timeout_ms);
-        loop {
-            let mut guard = match tokio::time::timeout(wait, self.stream.writable()).await {
-                Ok(g) => g?,
-                Err(_) => {
-                    self.cache.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "client did not read the response in time",
-                    ));
-                }
-            };
-            match guard.try_io(|s| op(s.get_ref())) {
-                Ok(Ok(n)) => {
-                    if n < want {
-                        guard.clear_ready();
-                    }
-                    return Ok(n);
-                }
-                Ok(Err(e)) => return Err(e),
-                Err(_would_block) => continue,
-            }
-        }
     }
 
     async fn flush(&mut self) -> std::io::Result<()> {
@@ -901,11 +921,27 @@ impl Conn<'_> {
         Ok(())
     }
 
+    /// Write `b`; over TLS, leave its records buffered to leave with
+    /// the next write (a chunk's framing with its data, in one `writev`).
+    async fn write_more(&mut self, b: &[u8]) -> std::io::Result<()> {
+        if let Wire::Tls(tls) = &mut self.wire {
+            return wire::send(&self.stream, self.cache, tls, b, false).await;
+        }
+        self.write(b).await
+    }
+
     async fn write(&mut self, b: &[u8]) -> std::io::Result<()> {
+        if let Wire::Tls(tls) = &mut self.wire {
+            return wire::send(&self.stream, self.cache, tls, b, true).await;
+        }
         let mut at = 0;
         while at < b.len() {
             let rest = &b[at..];
-            let n = self.write_op(rest.len(), |mut s| s.write(rest)).await?;
+            let n = write_op(&self.stream, self.cache, |mut s| {
+                let n = s.write(rest)?;
+                Ok((n, n < rest.len()))
+            })
+            .await?;
             if n == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }

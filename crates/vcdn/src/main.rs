@@ -132,6 +132,16 @@ struct CacheArgs {
     /// Address to serve clients on [default: 127.0.0.1:8080].
     #[arg(long, env = "VCDN_LISTEN")]
     listen: Option<SocketAddr>,
+    /// Address to serve clients on over TLS (HTTP/1.1, and HTTP/2 by
+    /// ALPN), e.g. 0.0.0.0:443 [default: no TLS].
+    #[arg(long, env = "VCDN_TLS_LISTEN")]
+    tls_listen: Option<SocketAddr>,
+    /// Directory of certificates for --tls-listen: NAME.crt (PEM chain) and
+    /// NAME.key (PEM key), optional NAME.ocsp (DER OCSP response); NAME is
+    /// the host name, or _wildcard.example.com for *.example.com. More are
+    /// pushed live with PUT /tls/certificates/NAME on the admin API.
+    #[arg(long, env = "VCDN_TLS_CERT_DIR")]
+    tls_cert_dir: Option<PathBuf>,
     /// Origin or parent cache, http://host:port[/base] or https://host[:port][/base].
     #[arg(long, env = "VCDN_UPSTREAM")]
     upstream: Option<String>,
@@ -340,6 +350,12 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     if let Some(v) = a.upstream {
         c.upstream = v;
     }
+    if a.tls_listen.is_some() {
+        c.tls_listen = a.tls_listen;
+    }
+    if a.tls_cert_dir.is_some() {
+        c.tls_cert_dir = a.tls_cert_dir;
+    }
     if a.admin.is_some() {
         c.admin = a.admin;
     }
@@ -402,8 +418,14 @@ fn announce(r: &vcdn_cache::Running) {
         "vcdn cache listening on http://{} (upstream {})",
         r.listen, c.upstream
     );
+    if let Some(t) = r.tls_listen {
+        println!(
+            "vcdn cache serving TLS on https://{t} ({} certificates; HTTP/1.1 and h2 by ALPN)",
+            r.cache.certs.names().len()
+        );
+    }
     if let Some(a) = r.admin {
-        println!("vcdn cache admin on http://{a} (/healthz, /metrics, /stats, /objects, /purge, /prefetch)");
+        println!("vcdn cache admin on http://{a} (/healthz, /metrics, /stats, /objects, /purge, /prefetch, /tls/certificates)");
     }
 }
 

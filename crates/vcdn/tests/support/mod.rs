@@ -21,6 +21,8 @@ pub struct Proc {
     pub child: Child,
     pub addr: SocketAddr,
     pub admin: Option<SocketAddr>,
+    /// Where a cache started with `--tls-listen` serves TLS.
+    pub tls: Option<SocketAddr>,
 }
 
 impl Drop for Proc {
@@ -56,9 +58,10 @@ pub fn spawn(args: &[&str]) -> Proc {
         }
     });
     let want_admin = args.contains(&"--admin");
-    let (mut addr, mut admin) = (None, None);
+    let want_tls = args.contains(&"--tls-listen");
+    let (mut addr, mut admin, mut tls) = (None, None, None);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while addr.is_none() || (want_admin && admin.is_none()) {
+    while addr.is_none() || (want_admin && admin.is_none()) || (want_tls && tls.is_none()) {
         let left = deadline.saturating_duration_since(Instant::now());
         let line = rx
             .recv_timeout(left)
@@ -72,7 +75,13 @@ pub fn spawn(args: &[&str]) -> Proc {
                 .parse()
                 .ok()
         };
-        if line.contains("admin on") {
+        if line.contains("TLS on https://") {
+            tls = line
+                .split("https://")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|a| a.parse().ok());
+        } else if line.contains("admin on") {
             admin = parse(&line);
         } else if line.contains("listening on") {
             addr = parse(&line);
@@ -82,6 +91,7 @@ pub fn spawn(args: &[&str]) -> Proc {
         child,
         addr: addr.expect("address"),
         admin,
+        tls,
     }
 }
 
