@@ -109,7 +109,7 @@ pub async fn start(
         listening.http = Some(l.local_addr().map_err(|e| e.to_string())?);
         tokio::spawn(vcdn_http::serve::serve(
             l,
-            serve_cfg,
+            serve_cfg.clone(),
             http::handler(router.clone()),
         ));
     }
