@@ -47,6 +47,12 @@ pub struct ControlConfig {
     /// The platform's own listeners (control API, router) and what each
     /// is: no origin may point at them.
     pub platform_listeners: Vec<(SocketAddr, String)>,
+    /// Whether the API is HTTPS, and its certificate's fingerprint (what
+    /// the control plane's own clients, e.g. proxies reporting RTTs, pin).
+    pub api_https: bool,
+    pub api_fingerprint: Option<String>,
+    /// Issues the services' certificates when customers upload none.
+    pub internal_ca: Option<Arc<crate::pki::InternalCa>>,
 }
 
 /// An operation's failure, mapped to an HTTP status by the API.
@@ -245,7 +251,10 @@ impl Control {
             vcpus: i.vcpus,
             cpu_quota: i.vcpus as f64 * self.cfg.vcpu_share,
             memory_mib: i.memory_mib,
-            proxy: crate::accel::proxy_spec(s, i, self.controller_url()),
+            proxy: crate::accel::proxy_spec(s, i, self.controller_url()).map(|mut p| {
+                p.controller_fingerprint = self.cfg.api_fingerprint.clone();
+                p
+            }),
         })
     }
 

@@ -18,6 +18,7 @@ pub mod defaults;
 pub mod deployer;
 pub mod order;
 pub mod origin;
+pub mod pki;
 pub mod planner;
 pub mod pricing;
 pub mod settings;
@@ -57,12 +58,21 @@ pub struct UpOptions {
     /// Start even though the data directory's store is missing, emptied or
     /// replaced, or its instances run with no store (see [`store::OpenOptions`]).
     pub reinitialise_store: bool,
+    /// HTTPS with a self-signed certificate (default), the operator's, or
+    /// plain HTTP on loopback.
+    pub api_tls: pki::ApiTls,
 }
 
 /// A running control plane and router.
 pub struct Up {
     pub control: Arc<Control>,
     pub api: SocketAddr,
+    /// `https://ADDR` (or `http://` with plain HTTP).
+    pub api_url: String,
+    /// The API certificate's fingerprint (None: plain HTTP).
+    pub api_fingerprint: Option<String>,
+    /// How a client of this process trusts its API.
+    pub api_trust: vcdn_http::tls::Trust,
     pub dns: Option<SocketAddr>,
     pub http: Option<SocketAddr>,
     pub router_admin: SocketAddr,
@@ -157,6 +167,9 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         .await
         .map_err(|e| format!("cannot listen for the API on {}: {e}", o.api))?;
     let api = listener.local_addr().map_err(|e| e.to_string())?;
+    let api_cert = pki::api_certificate(&o.data_dir, api, &o.api_tls)?;
+    let api_fingerprint = api_cert.as_ref().map(|b| b.info.fingerprint.clone());
+    let internal_ca = Arc::new(pki::internal_ca(&o.data_dir)?);
     let mut platform_listeners = vec![
         (api, "the control API".to_string()),
         (router_admin, "the router's admin API".to_string()),
@@ -179,6 +192,9 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         tick: Duration::from_millis(100),
         autoscaler: Default::default(),
         platform_listeners,
+        api_https: api_cert.is_some(),
+        api_fingerprint: api_fingerprint.clone(),
+        internal_ca: Some(internal_ca),
     };
     let control = Control::open(cfg, store, Arc::new(vim))
         .await
@@ -186,14 +202,33 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     control.reconcile().await;
     tokio::spawn(supervisor::run(control.clone()));
     tokio::spawn(chain_controller::run(control.clone()));
+    let api_trust = match &api_fingerprint {
+        Some(fp) => vcdn_http::tls::Trust::Fingerprint(
+            vcdn_http::tls::parse_fingerprint(fp).ok_or("bad API fingerprint")?,
+        ),
+        None => vcdn_http::tls::Trust::System,
+    };
     tokio::spawn(vcdn_http::serve::serve(
         listener,
-        vcdn_http::serve::ServeConfig::default(),
+        vcdn_http::serve::ServeConfig {
+            tls: api_cert.map(pki::server_config),
+            ..Default::default()
+        },
         api::handler(control.clone()),
     ));
     Ok(Up {
         control,
         api,
+        api_url: format!(
+            "{}://{api}",
+            if api_fingerprint.is_some() {
+                "https"
+            } else {
+                "http"
+            }
+        ),
+        api_fingerprint,
+        api_trust,
         dns: l.dns,
         http: l.http,
         router_admin,

@@ -53,6 +53,8 @@ pub struct ProxySpec {
     /// Where RTT changes are reported, and with what bearer token
     /// (secret), once a chain controller runs.
     pub controller: Option<(String, String)>,
+    /// The controller's certificate fingerprint (an https API).
+    pub controller_fingerprint: Option<String>,
 }
 
 /// The environment variables that carry a proxy's secrets (never its
@@ -100,6 +102,9 @@ pub fn command(spec: &InstanceSpec) -> (Vec<String>, Vec<(&'static str, String)>
             ];
             if let Some((url, token)) = &p.controller {
                 flag("--controller", url.clone());
+                if let Some(fp) = &p.controller_fingerprint {
+                    flag("--controller-fingerprint", fp.clone());
+                }
                 env.push((PROXY_CONTROLLER_TOKEN_ENV, token.clone()));
             }
             env
@@ -526,13 +531,14 @@ mod tests {
             egress: "marseille".into(),
             hop_key: "hop-secret".into(),
             warm: Some(4),
-            controller: Some(("http://127.0.0.1:8070".into(), "ctl-secret".into())),
+            controller: Some(("https://127.0.0.1:8070".into(), "ctl-secret".into())),
+            controller_fingerprint: Some("sha256:00".into()),
         })));
         assert_eq!(
             args.join(" "),
             "proxy --name paris --listen 127.10.0.2:8080 --admin 127.10.0.2:9080 --service s-1 \
              --origin http://127.3.0.9:80 --peer marseille=127.12.0.1:8080 --egress marseille \
-             --warm 4 --controller http://127.0.0.1:8070 --keep-sysctl \
+             --warm 4 --controller https://127.0.0.1:8070 --controller-fingerprint sha256:00 --keep-sysctl \
              --origin-policy deny non-public --instance-id i-1.abc"
         );
         for secret in ["admin-secret", "hop-secret", "ctl-secret"] {
