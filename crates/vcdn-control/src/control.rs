@@ -37,6 +37,9 @@ pub struct ControlConfig {
     pub instance_port: u16,
     /// Port of every instance's control API.
     pub admin_port: u16,
+    /// Port every cache serves HTTPS on (its address, like `instance_port`),
+    /// if caches serve HTTPS.
+    pub instance_tls_port: Option<u16>,
     pub capacity: CapacityModel,
     /// CPU time one vCPU gets on this host (1.0: a whole CPU). A test bed
     /// on a small machine emulates many small vCPUs with a fraction.
@@ -138,6 +141,8 @@ pub struct Control {
     pub instance_token: String,
     pub(crate) services: Mutex<BTreeMap<String, Service>>,
     pub(crate) runtime: parking_lot::Mutex<HashMap<String, Runtime>>,
+    /// Which certificate each cache instance holds.
+    pub(crate) pushed: parking_lot::Mutex<crate::certificates::Pushed>,
 }
 
 pub fn now_s() -> u64 {
@@ -224,6 +229,7 @@ impl Control {
             instance_token,
             services: Mutex::new(services),
             runtime: parking_lot::Mutex::new(HashMap::new()),
+            pushed: parking_lot::Mutex::new(Default::default()),
         }))
     }
 
@@ -251,6 +257,10 @@ impl Control {
             vcpus: i.vcpus,
             cpu_quota: i.vcpus as f64 * self.cfg.vcpu_share,
             memory_mib: i.memory_mib,
+            tls_listen: match (i.role, self.cfg.instance_tls_port) {
+                (Role::Cache, Some(port)) => Some(SocketAddr::new(parse(&i.address)?.ip(), port)),
+                _ => None,
+            },
             proxy: crate::accel::proxy_spec(s, i, self.controller_url()).map(|mut p| {
                 p.controller_fingerprint = self.cfg.api_fingerprint.clone();
                 p
@@ -497,6 +507,8 @@ impl Control {
         // and owns whatever process it started.
         self.store.put("service", &s.id, &s).await?;
         services.insert(s.id.clone(), s.clone());
+        // Its caches find a certificate for its hostname from the start.
+        self.ensure_certificate(&s).await;
         if s.state == ServiceState::Scheduled {
             drop(services);
             self.event(

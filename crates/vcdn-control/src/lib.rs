@@ -12,6 +12,7 @@
 
 pub mod accel;
 pub mod api;
+pub mod certificates;
 pub mod chain_controller;
 pub mod control;
 pub mod defaults;
@@ -53,6 +54,8 @@ pub struct UpOptions {
     pub cache_binary: PathBuf,
     pub instance_port: u16,
     pub admin_port: u16,
+    /// Port caches serve HTTPS on (`vcdn cache --tls-listen`); none: HTTP only.
+    pub instance_tls_port: Option<u16>,
     /// CPU time one vCPU gets (see [`ControlConfig::vcpu_share`]).
     pub vcpu_share: f64,
     /// Start even though the data directory's store is missing, emptied or
@@ -84,6 +87,14 @@ pub struct Up {
 pub async fn up(o: UpOptions) -> Result<Up, String> {
     std::fs::create_dir_all(&o.data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", o.data_dir.display()))?;
+    // The API's TLS is checked before anything starts.
+    match &o.api_tls {
+        pki::ApiTls::Plain => pki::check_plain(o.api)?,
+        pki::ApiTls::Files { cert, key } => {
+            pki::operator_certificate(cert, key)?;
+        }
+        pki::ApiTls::SelfSigned => {}
+    }
     let operator_token = match &o.operator_token {
         Some(t) if !t.is_empty() => {
             vcdn_http::auth::check_token_strength("--operator-token", t)?;
@@ -187,6 +198,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         http_routing: l.http,
         instance_port: o.instance_port,
         admin_port: o.admin_port,
+        instance_tls_port: o.instance_tls_port,
         capacity,
         vcpu_share: o.vcpu_share,
         tick: Duration::from_millis(100),
@@ -202,6 +214,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     control.reconcile().await;
     tokio::spawn(supervisor::run(control.clone()));
     tokio::spawn(chain_controller::run(control.clone()));
+    tokio::spawn(certificates::run(control.clone()));
     let api_trust = match &api_fingerprint {
         Some(fp) => vcdn_http::tls::Trust::Fingerprint(
             vcdn_http::tls::parse_fingerprint(fp).ok_or("bad API fingerprint")?,

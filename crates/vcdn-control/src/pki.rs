@@ -106,11 +106,7 @@ pub fn api_certificate(
 ) -> Result<Option<CertBundle>, String> {
     let bundle = match how {
         ApiTls::Plain => {
-            if !listen.ip().is_loopback() {
-                return Err(format!(
-                    "--plain-http would send the operator token and API keys in clear on {listen}: it is allowed only on a loopback address (127.0.0.0/8, ::1); serve HTTPS instead (the default) or give --tls-cert/--tls-key"
-                ));
-            }
+            check_plain(listen)?;
             let _ = std::fs::remove_file(dir.join(API_FINGERPRINT));
             return Ok(None);
         }
@@ -121,6 +117,16 @@ pub fn api_certificate(
     std::fs::write(&fp, format!("{}\n", bundle.info.fingerprint))
         .map_err(|e| format!("cannot write {}: {e}", fp.display()))?;
     Ok(Some(bundle))
+}
+
+/// Refuses plain HTTP off loopback: tokens would cross a network in clear.
+pub fn check_plain(listen: SocketAddr) -> Result<(), String> {
+    if listen.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "--plain-http would send the operator token and API keys in clear on {listen}: it is allowed only on a loopback address (127.0.0.0/8, ::1); serve HTTPS instead (the default) or give --tls-cert/--tls-key"
+    ))
 }
 
 /// The operator's certificate chain and key, checked now.

@@ -33,6 +33,9 @@ pub struct InstanceSpec {
     pub memory_mib: u64,
     /// Set for a proxy (`vcdn proxy`); `upstream` is then the origin.
     pub proxy: Option<ProxySpec>,
+    /// Where a cache serves HTTPS (`--tls-listen`), with the certificates
+    /// the control plane pushes to its admin API.
+    pub tls_listen: Option<SocketAddr>,
 }
 
 /// What a `vcdn proxy` is started with besides what every instance gets.
@@ -77,6 +80,9 @@ pub fn command(spec: &InstanceSpec) -> (Vec<String>, Vec<(&'static str, String)>
     let env = match &spec.proxy {
         None => {
             flag("--listen", spec.listen.to_string());
+            if let Some(t) = spec.tls_listen {
+                flag("--tls-listen", t.to_string());
+            }
             flag("--upstream", spec.upstream.clone());
             flag("--admin", spec.admin.to_string());
             flag("--memory", format!("{}M", spec.memory_mib.max(1) / 2));
@@ -519,6 +525,7 @@ mod tests {
             cpu_quota: 1.0,
             memory_mib: 256,
             proxy,
+            tls_listen: None,
         }
     }
 
@@ -566,6 +573,12 @@ mod tests {
              --memory 128M --threads 1 --origin-policy deny non-public --instance-id i-1.abc"
         );
         assert_eq!(env, [("VCDN_ADMIN_TOKEN", "admin-secret".to_string())]);
+        let mut tls = spec(None);
+        tls.tls_listen = Some("127.10.0.2:8443".parse().unwrap());
+        assert!(command(&tls)
+            .0
+            .join(" ")
+            .starts_with("cache --listen 127.10.0.2:8080 --tls-listen 127.10.0.2:8443 --upstream"));
     }
 
     #[test]

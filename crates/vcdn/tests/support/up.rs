@@ -45,6 +45,8 @@ pub struct Up {
     pub extra: Vec<String>,
     /// Started once with `--demo` (the demo customer and its key file).
     pub started: bool,
+    /// What the last start printed, up to the `export VCDN_API=…` line.
+    pub greeting: Vec<String>,
 }
 
 impl Drop for Up {
@@ -120,6 +122,7 @@ impl Up {
             ports: [free_port(), free_port(), free_port(), free_port()],
             extra: extra.iter().map(|s| s.to_string()).collect(),
             started: false,
+            greeting: Vec::new(),
         };
         up.launch().expect("vcdn up starts");
         up
@@ -173,10 +176,14 @@ impl Up {
             let _ = etx.send(s);
         });
         let deadline = Instant::now() + Duration::from_secs(20);
+        self.greeting.clear();
         loop {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(l) if l.contains("Order a first vCDN") => break,
-                Ok(_) => {}
+                Ok(l) if l.contains("export VCDN_API=") => {
+                    self.greeting.push(l);
+                    break;
+                }
+                Ok(l) => self.greeting.push(l),
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                     let _ = child.wait();
                     return Err(erx.recv_timeout(Duration::from_secs(5)).unwrap_or_default());
