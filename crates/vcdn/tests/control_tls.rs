@@ -203,6 +203,7 @@ fn refused(args: &[&str]) -> String {
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("vcdn up {args:?} started");
 }
 
