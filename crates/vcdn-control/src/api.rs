@@ -840,4 +840,34 @@ mod tests {
             assert!(schemas["Instance"]["properties"].get(field).is_some());
         }
     }
+
+    /// Every field the certificate endpoints return is described, and the
+    /// three methods are there.
+    #[test]
+    fn the_openapi_document_describes_certificates() {
+        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        let path = &doc["paths"]["/v1/services/{id}/certificate"];
+        for m in ["get", "put", "delete"] {
+            assert!(path[m]["responses"]["200"].is_object(), "{m}");
+        }
+        assert!(path["put"]["responses"]["422"].is_object());
+        let described = &doc["components"]["schemas"]["Certificate"]["properties"];
+        let c = crate::certificates::ServiceCert {
+            service: "s".into(),
+            hostname: "h".into(),
+            source: crate::certificates::Source::Uploaded,
+            cert_pem: String::new(),
+            key_pem: String::new(),
+            names: vec![],
+            not_before: 0,
+            not_after: 0,
+            fingerprint: String::new(),
+            issuer: String::new(),
+            updated_at: 0,
+            warned_at: None,
+        };
+        for field in c.view().as_object().unwrap().keys() {
+            assert!(described.get(field).is_some(), "Certificate.{field} undescribed");
+        }
+    }
 }
