@@ -867,7 +867,10 @@ mod tests {
             warned_at: None,
         };
         for field in c.view().as_object().unwrap().keys() {
-            assert!(described.get(field).is_some(), "Certificate.{field} undescribed");
+            assert!(
+                described.get(field).is_some(),
+                "Certificate.{field} undescribed"
+            );
         }
     }
 }

@@ -173,6 +173,8 @@ pub fn due(c: &ServiceCert, now: i64) -> Due {
 pub(crate) struct Pushed {
     ok: HashMap<String, (Option<u32>, String)>,
     retry_at: HashMap<String, Instant>,
+    /// Ended services whose certificate is gone from the store.
+    dropped: std::collections::HashSet<String>,
 }
 
 impl Control {
@@ -189,6 +191,7 @@ impl Control {
         key_pem: &str,
     ) -> Result<Result<ServiceCert, CertError>, ControlError> {
         let s = self.live_service(key, customer).await?;
+        let writing = self.cert_writes.lock().await;
         let info = match check_upload(&hostname(&s), cert_pem, key_pem, now_s() as i64) {
             Ok(i) => i,
             Err(e) => return Ok(Err(e)),
@@ -201,6 +204,7 @@ impl Control {
             info,
         );
         self.store.put(KIND, &s.id, &c).await?;
+        drop(writing);
         self.event(
             &s.id,
             "certificate",
@@ -223,7 +227,10 @@ impl Control {
         customer: Option<&str>,
     ) -> Result<ServiceCert, ControlError> {
         let s = self.live_service(key, customer).await?;
-        let c = self.issue(&s).await?;
+        let c = {
+            let _writing = self.cert_writes.lock().await;
+            self.issue(&s).await?
+        };
         self.push_now(&s, &c).await;
         Ok(c)
     }
@@ -273,6 +280,12 @@ impl Control {
 
     /// The service's certificate, issued by the internal CA if it has none.
     pub async fn ensure_certificate(&self, s: &Service) -> Option<ServiceCert> {
+        let _writing = self.cert_writes.lock().await;
+        self.ensure_locked(s).await
+    }
+
+    /// [`Control::ensure_certificate`] with `cert_writes` held.
+    async fn ensure_locked(&self, s: &Service) -> Option<ServiceCert> {
         match self.certificate(&s.id).await {
             Ok(Some(c)) => Some(c),
             Ok(None) if self.cfg.internal_ca.is_some() => match self.issue(s).await {
@@ -290,8 +303,12 @@ impl Control {
         }
     }
 
-    /// Pushes a changed certificate to every running cache of the service.
+    /// Pushes a changed certificate to every running cache of the service
+    /// (if caches serve HTTPS: a key goes only where it is used).
     async fn push_now(&self, s: &Service, c: &ServiceCert) {
+        if self.cfg.instance_tls_port.is_none() {
+            return;
+        }
         let targets: Vec<(String, Option<u32>, String)> = s
             .graph
             .instances()
@@ -349,12 +366,27 @@ impl Control {
         let now = now_s() as i64;
         for s in self.list_services(None).await {
             if !s.state.live() {
-                if let Ok(true) = self.store.delete(KIND, &s.id).await {
-                    tracing::info!(service = %s.id, "certificate of an ended service dropped");
+                if self.pushed.lock().dropped.contains(&s.id) {
+                    continue;
+                }
+                let _writing = self.cert_writes.lock().await;
+                match self.store.delete(KIND, &s.id).await {
+                    Ok(gone) => {
+                        if gone {
+                            tracing::info!(service = %s.id, "certificate of an ended service dropped");
+                        }
+                        self.pushed.lock().dropped.insert(s.id.clone());
+                    }
+                    Err(e) => {
+                        tracing::warn!(service = %s.id, error = %e, "cannot drop the certificate")
+                    }
                 }
                 continue;
             }
-            let Some(mut c) = self.ensure_certificate(&s).await else {
+            // Read, renew or mark warned, and write back, with no upload
+            // in between (it would be overwritten).
+            let writing = self.cert_writes.lock().await;
+            let Some(mut c) = self.ensure_locked(&s).await else {
                 continue;
             };
             match due(&c, now) {
@@ -392,6 +424,10 @@ impl Control {
                         tracing::warn!(service = %s.id, error = %e, "cannot store the certificate");
                     }
                 }
+            }
+            drop(writing);
+            if self.cfg.instance_tls_port.is_none() {
+                continue;
             }
             if !matches!(
                 s.state,

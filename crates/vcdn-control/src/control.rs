@@ -143,6 +143,8 @@ pub struct Control {
     pub(crate) runtime: parking_lot::Mutex<HashMap<String, Runtime>>,
     /// Which certificate each cache instance holds.
     pub(crate) pushed: parking_lot::Mutex<crate::certificates::Pushed>,
+    /// Held while a service's certificate is read and written back.
+    pub(crate) cert_writes: Mutex<()>,
 }
 
 pub fn now_s() -> u64 {
@@ -230,6 +232,7 @@ impl Control {
             services: Mutex::new(services),
             runtime: parking_lot::Mutex::new(HashMap::new()),
             pushed: parking_lot::Mutex::new(Default::default()),
+            cert_writes: Mutex::new(()),
         }))
     }
 
