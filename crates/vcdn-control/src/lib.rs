@@ -161,6 +161,10 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     }
     rcfg.default_region = regions.first().map(|r| r.name.clone());
     let router_token = control::random_hex(16);
+    // The router's admin API is HTTPS with a certificate of the internal
+    // CA (made anew at each start), which the control plane trusts.
+    let internal_ca = Arc::new(pki::internal_ca(&o.data_dir)?);
+    let router_tls = pki::router_admin_tls(&internal_ca, o.router_admin)?;
     let (_router, l) = vcdn_router::start(
         rcfg,
         vcdn_router::RouterOptions {
@@ -168,6 +172,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
             http: o.http,
             admin: Some(o.router_admin),
             admin_token: Some(router_token.clone()),
+            admin_tls: Some(router_tls),
         },
     )
     .await?;
@@ -180,7 +185,6 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     let api = listener.local_addr().map_err(|e| e.to_string())?;
     let api_cert = pki::api_certificate(&o.data_dir, api, &o.api_tls)?;
     let api_fingerprint = api_cert.as_ref().map(|b| b.info.fingerprint.clone());
-    let internal_ca = Arc::new(pki::internal_ca(&o.data_dir)?);
     let mut platform_listeners = vec![
         (api, "the control API".to_string()),
         (router_admin, "the router's admin API".to_string()),
@@ -193,6 +197,10 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         router: deployer::RouterLink {
             admin: router_admin,
             token: router_token,
+            trust: Some(vcdn_http::tls::Trust::Bundle(
+                vcdn_http::tls::parse_chain(internal_ca.ca.cert_pem.as_bytes())
+                    .map_err(|e| e.to_string())?,
+            )),
         },
         dns: l.dns,
         http_routing: l.http,

@@ -175,6 +175,19 @@ fn self_signed(dir: &Path, listen: SocketAddr) -> Result<CertBundle, String> {
     Ok(b)
 }
 
+/// The router admin API's TLS under `vcdn up`: a certificate of the
+/// internal CA for the admin address (and `localhost`, `127.0.0.1`, `::1`),
+/// made anew at each start and kept in memory only.
+pub fn router_admin_tls(
+    ca: &InternalCa,
+    admin: SocketAddr,
+) -> Result<Arc<tls::rustls::ServerConfig>, String> {
+    let made = ca.ca.issue(&api_names(admin), 825)?;
+    let b = tls::parse_bundle(made.cert_pem.as_bytes(), made.key_pem.as_bytes())
+        .map_err(|e| format!("the internal CA issued an unusable certificate: {e}"))?;
+    Ok(tls::single_cert_config(b, &[b"http/1.1"]))
+}
+
 /// The server configuration of the API for a certificate.
 pub fn server_config(b: CertBundle) -> Arc<tls::rustls::ServerConfig> {
     tls::single_cert_config(b, &[b"http/1.1"])

@@ -148,7 +148,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
         if let Some(h) = up.http {
             println!("  HTTP routing   http://{h}");
         }
-        println!("  router admin   http://{}", up.router_admin);
+        println!("  router admin   https://{} (certificate of the internal CA, {})", up.router_admin, a.data_dir.join(vcdn_control::pki::CA_CERT).display());
         println!("  store          {} in {}", up.control.store.engine(), a.data_dir.display());
         println!("  operator token {}", up.operator_token);
         let mut token = String::from("<customer API key>");

@@ -152,6 +152,40 @@ async fn the_cli_talks_https_by_default_and_refuses_a_certificate_it_was_not_tol
     );
     assert!(!curl(&[]).status.success());
 
+    // The router's admin API is HTTPS too, with a certificate of the
+    // internal CA (ca.crt), and nothing answers plain HTTP there.
+    let router_admin = std::net::SocketAddr::from(([127, 0, 0, 1], up.ports[2]));
+    assert!(
+        up.greeting
+            .iter()
+            .any(|l| l.contains(&format!("router admin   https://{router_admin}"))),
+        "{:?}",
+        up.greeting
+    );
+    let ca = tls::parse_chain(&std::fs::read(up.dir.join("ca.crt")).unwrap()).unwrap();
+    let r = client::request_url(
+        &format!("https://{router_admin}"),
+        &tls::Trust::Bundle(ca),
+        "GET",
+        "/healthz",
+        &[],
+        b"",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let r = client::request(
+        router_admin,
+        "GET",
+        "/healthz",
+        &[],
+        b"",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(r.is_err(), "{r:?}");
+
     // A restart keeps the certificate (the same fingerprint).
     up.kill();
     up.relaunch();
@@ -524,4 +558,114 @@ async fn services_get_internal_certificates_and_uploads_are_checked_and_never_sh
 fn body_for(ca: &tls::Ca, host: &str) -> String {
     let (c, k) = cert_pair(ca, &[host], 30);
     json!({"cert_pem": c, "key_pem": k}).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_serves_its_admin_api_over_https_with_the_operators_certificate() {
+    use std::io::BufRead;
+    let dir = tempdir("tls-router");
+    let ca = tls::Ca::create("operator test CA", 5).unwrap();
+    let (crt, key) = cert_pair(&ca, &["127.0.0.1"], 5);
+    let (cp, kp) = (dir.join("admin.crt"), dir.join("admin.key"));
+    std::fs::write(&cp, &crt).unwrap();
+    std::fs::write(&kp, &key).unwrap();
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let token = "router-admin-token-0123456789abcdef";
+    let args = |c: &std::path::Path| {
+        vec![
+            "router".to_string(),
+            "--no-dns".into(),
+            "--http".into(),
+            format!("127.0.0.1:{}", free_port()),
+            "--admin".into(),
+            admin.to_string(),
+            "--admin-token".into(),
+            token.into(),
+            "--admin-tls-cert".into(),
+            c.display().to_string(),
+            "--admin-tls-key".into(),
+            kp.display().to_string(),
+        ]
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(args(&cp))
+        .env("VCDN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let guard = Kill(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    loop {
+        let l = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("router starts");
+        if l.contains("admin on") {
+            assert!(l.contains(&format!("https://{admin}")), "{l}");
+            break;
+        }
+    }
+    let trust = tls::Trust::Bundle(tls::parse_chain(ca.cert_pem.as_bytes()).unwrap());
+    let r = client::request_url(
+        &format!("https://{admin}"),
+        &trust,
+        "GET",
+        "/services",
+        &[("Authorization", &format!("Bearer {token}"))],
+        b"",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text());
+    // Another CA's certificate is not trusted.
+    let other = tls::Ca::create("someone else", 5).unwrap();
+    let e = client::request_url(
+        &format!("https://{admin}"),
+        &tls::Trust::Bundle(tls::parse_chain(other.cert_pem.as_bytes()).unwrap()),
+        "GET",
+        "/healthz",
+        &[],
+        b"",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("not trusted"), "{e}");
+    drop(guard);
+
+    // An expired certificate: refused at start, saying so.
+    let now = SystemTime::now();
+    let old = tls::self_signed_between(
+        &["127.0.0.1".into()],
+        now - Duration::from_secs(9 * 86_400),
+        now - Duration::from_secs(86_400),
+    )
+    .unwrap();
+    let oc = dir.join("old.crt");
+    std::fs::write(&oc, &old.cert_pem).unwrap();
+    std::fs::write(&kp, &old.key_pem).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(args(&oc))
+        .env("VCDN_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--admin-tls-cert") && err.contains("expired"),
+        "{err}"
+    );
 }
