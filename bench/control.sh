@@ -47,13 +47,16 @@ UP_PID=$!
 for _ in $(seq 200); do grep -q "Order a first vCDN" "$TMP/up.log" 2>/dev/null && break; sleep 0.05; done
 grep -q "Order a first vCDN" "$TMP/up.log" || { cat "$TMP/up.log" >&2; exit 1; }
 KEY=$(cat "$TMP/data/demo-customer-key")
+# The API is HTTPS with the self-signed certificate vcdn up made (each
+# request below includes its TLS handshake, as a client's would).
+TLS=(--cacert "$TMP/data/api.crt")
 SPEC='{"name":"bench","origin":"http://127.0.0.1:'$((BASE_PORT + 4))'","hostname":"bench.example","flavor":"static",
        "regions":[{"region":"paris"},{"region":"lyon"},{"region":"marseille"}]}'
 
 create_ms=() delete_ms=()
 for i in $(seq "$RUNS"); do
-  out=$(curl -s -o "$TMP/svc.json" -w '%{http_code} %{time_total}' -H "Authorization: Bearer $KEY" \
-        -H 'Content-Type: application/json' -d "$SPEC" "http://$API/v1/services")
+  out=$(curl -s "${TLS[@]}" -o "$TMP/svc.json" -w '%{http_code} %{time_total}' -H "Authorization: Bearer $KEY" \
+        -H 'Content-Type: application/json' -d "$SPEC" "https://$API/v1/services")
   code=${out% *}
   [[ $code == 201 ]] || { cat "$TMP/svc.json" >&2; exit 1; }
   create_ms+=("$(awk -v t="${out#* }" 'BEGIN { printf "%.2f", t * 1000 }')")
@@ -64,7 +67,7 @@ for i in $(seq "$RUNS"); do
     n=$((n + 1))
   done
   [[ $n == 6 ]] || { echo "expected 6 instances, got $n" >&2; exit 1; }
-  out=$(curl -s -o /dev/null -w '%{http_code} %{time_total}' -X DELETE -H "Authorization: Bearer $KEY" "http://$API/v1/services/$id")
+  out=$(curl -s "${TLS[@]}" -o /dev/null -w '%{http_code} %{time_total}' -X DELETE -H "Authorization: Bearer $KEY" "https://$API/v1/services/$id")
   [[ ${out% *} == 200 ]] || { echo "delete failed: $out" >&2; exit 1; }
   delete_ms+=("$(awk -v t="${out#* }" 'BEGIN { printf "%.2f", t * 1000 }')")
   log "run $i: deployed 3 regions x 2 caches in ${create_ms[-1]} ms, deleted in ${delete_ms[-1]} ms"

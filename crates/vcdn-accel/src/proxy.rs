@@ -77,6 +77,9 @@ pub struct ProxyConfig {
     pub admin_token: Option<String>,
     pub controller: Option<String>,
     pub controller_token: Option<String>,
+    /// The controller's certificate fingerprint (an `https` controller
+    /// with a self-signed certificate).
+    pub controller_fingerprint: Option<String>,
     pub timeouts: Timeouts,
     /// Largest request body a client may send (413 beyond).
     pub max_body: u64,
@@ -134,6 +137,7 @@ impl ProxyConfig {
             admin_token: None,
             controller: None,
             controller_token: None,
+            controller_fingerprint: None,
             timeouts: Timeouts::default(),
             max_body: 1 << 30,
             down_for: Duration::from_secs(3),
@@ -1414,6 +1418,7 @@ pub async fn start(
         rc.controller = Some(crate::rtt::Controller {
             url: url.clone(),
             token,
+            fingerprint: proxy.cfg.controller_fingerprint.clone(),
         });
     }
     let rtt = crate::rtt::RttService::start(rc).map_err(|e| format!("--controller: {e}"))?;

@@ -69,9 +69,12 @@ impl Threshold {
 /// Where to report, with the bearer token the controller requires.
 #[derive(Debug, Clone)]
 pub struct Controller {
-    /// `http://host:port[/base]`.
+    /// `http[s]://host:port[/base]`.
     pub url: String,
     pub token: String,
+    /// For `https`: trust exactly the certificate with this SHA-256
+    /// fingerprint (a self-signed control plane); the system roots without.
+    pub fingerprint: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -121,8 +124,10 @@ impl RttConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RttError {
-    #[error("controller URL {0:?} is not of the form http://host:port[/base]")]
+    #[error("controller URL {0:?} is not of the form http[s]://host:port[/base]")]
     BadControllerUrl(String),
+    #[error("controller fingerprint {0:?} is not a SHA-256 fingerprint (sha256:HEX)")]
+    BadFingerprint(String),
 }
 
 /// What `GET /rtt` shows.
@@ -266,6 +271,8 @@ struct Inner {
     cfg: RttConfig,
     /// Controller address parts: (host:port, base path).
     controller: Option<(String, String)>,
+    /// Whom an `https` controller may be.
+    trust: vcdn_http::tls::Trust,
     peers: Mutex<BTreeMap<String, Peer>>,
     reports: Mutex<ReportState>,
     /// Woken after each probe round and observation.
@@ -279,10 +286,13 @@ pub struct RttService {
     inner: Arc<Inner>,
 }
 
-/// Split `http://host:port[/base]` into authority and base path.
+/// Split `http[s]://host:port[/base]` into authority and base path.
 fn parse_controller(url: &str) -> Result<(String, String), RttError> {
     let bad = || RttError::BadControllerUrl(url.into());
-    let rest = url.strip_prefix("http://").ok_or_else(bad)?;
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(bad)?;
     let (authority, base) = match rest.find('/') {
         Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
         None => (rest, ""),
@@ -307,6 +317,13 @@ impl RttService {
             .as_ref()
             .map(|c| parse_controller(&c.url))
             .transpose()?;
+        let trust = match cfg.controller.as_ref().and_then(|c| c.fingerprint.as_ref()) {
+            Some(f) => vcdn_http::tls::Trust::Fingerprint(
+                vcdn_http::tls::parse_fingerprint(f)
+                    .ok_or_else(|| RttError::BadFingerprint(f.clone()))?,
+            ),
+            None => vcdn_http::tls::Trust::System,
+        };
         let peers = cfg
             .peers
             .iter()
@@ -315,6 +332,7 @@ impl RttService {
         let inner = Arc::new(Inner {
             cfg,
             controller,
+            trust,
             peers: Mutex::new(peers),
             reports: Mutex::new(ReportState::default()),
             changed: Arc::new(Notify::new()),
@@ -566,7 +584,7 @@ async fn report_loop(weak: Weak<Inner>, changed: Arc<Notify>) {
 }
 
 async fn send_report(inner: &Inner, values: &BTreeMap<String, Option<f64>>) -> Result<(), String> {
-    let (Some((authority, base)), Some(c)) = (&inner.controller, &inner.cfg.controller) else {
+    let (Some(_), Some(c)) = (&inner.controller, &inner.cfg.controller) else {
         return Ok(());
     };
     let body = serde_json::to_vec(&Report {
@@ -575,25 +593,23 @@ async fn send_report(inner: &Inner, values: &BTreeMap<String, Option<f64>>) -> R
         rtt_ms: values,
     })
     .map_err(|e| e.to_string())?;
-    let addr = tokio::net::lookup_host(authority.as_str())
+    let endpoint = vcdn_http::client::Endpoint::new(&c.url, &inner.trust)
         .await
-        .map_err(|e| format!("cannot resolve {authority}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{authority} has no address"))?;
+        .map_err(|e| e.to_string())?;
     let auth = format!("Bearer {}", c.token);
-    let resp = vcdn_http::client::request(
-        addr,
-        "POST",
-        &format!("{base}/v1/accel/rtt"),
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        &body,
-        inner.cfg.report_timeout,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let resp = endpoint
+        .request(
+            "POST",
+            "/v1/accel/rtt",
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+            ],
+            &body,
+            inner.cfg.report_timeout,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
     if (200..300).contains(&resp.status()) {
         Ok(())
     } else {
@@ -709,7 +725,11 @@ mod tests {
             parse_controller("http://ctl.local:80/api/").unwrap(),
             ("ctl.local:80".into(), "/api".into())
         );
-        assert!(parse_controller("https://x:1").is_err());
+        assert_eq!(
+            parse_controller("https://x:1").unwrap(),
+            ("x:1".into(), "".into())
+        );
+        assert!(parse_controller("ftp://x:1").is_err());
         assert!(parse_controller("http://x").is_err());
         assert!(parse_controller("http://u@x:1").is_err());
     }

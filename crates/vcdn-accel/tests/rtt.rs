@@ -78,6 +78,7 @@ fn config(peers: &[(&str, SocketAddr)], ctl: Option<(SocketAddr, &str)>) -> RttC
     c.controller = ctl.map(|(a, t)| Controller {
         url: format!("http://{a}"),
         token: t.into(),
+        fingerprint: None,
     });
     c
 }

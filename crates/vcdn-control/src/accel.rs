@@ -100,6 +100,7 @@ pub fn proxy_spec(s: &Service, i: &Instance, controller: Option<String>) -> Opti
         hop_key: s.hop_key.clone(),
         warm: s.spec.acceleration.as_ref().and_then(|a| a.warm),
         controller: controller.map(|url| (url, crate::chain_controller::report_token(&s.hop_key))),
+        controller_fingerprint: None,
     })
 }
 

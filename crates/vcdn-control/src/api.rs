@@ -282,6 +282,15 @@ async fn route(c: &Arc<Control>, guard: &Guard, req: Request) -> Response {
             content_action(c, &who, id, action, &req.body).await
         }
         (Method::Post, ["v1", "services", id, "qoe"]) => report_qoe(c, &who, id, &req.body).await,
+        (Method::Get, ["v1", "services", id, "certificate"]) => get_certificate(c, &who, id).await,
+        (Method::Put, ["v1", "services", id, "certificate"]) => {
+            put_certificate(c, &who, id, &req.body).await
+        }
+        (Method::Delete, ["v1", "services", id, "certificate"]) => c
+            .delete_certificate(id, who.customer())
+            .await
+            .map(|cert| json_response(200, &cert.view()))
+            .map_err(|e| problem(&e)),
         (_, ["v1", ..]) => Err(Response::problem(
             405,
             &format!(
@@ -341,6 +350,7 @@ fn entry_point(c: &Control, s: &Service) -> Value {
         "dns_server": c.cfg.dns.map(|d| d.to_string()),
         "port": c.cfg.instance_port,
         "url": format!("http://{}:{}/", s.spec.hostname, c.cfg.instance_port),
+        "https_url": c.cfg.instance_tls_port.map(|p| format!("https://{}:{p}/", s.spec.hostname)),
         "http_routing": c.cfg.http_routing.map(|h| format!("http://{h}/ (send Host: {})", s.spec.hostname)),
     })
 }
@@ -435,6 +445,40 @@ async fn content_action(c: &Control, who: &Caller, id: &str, action: &str, body:
         200,
         &json!({"service": s.id, "instances": results}),
     ))
+}
+
+/// `GET /v1/services/{id}/certificate`: what it says about itself, never its key.
+async fn get_certificate(c: &Control, who: &Caller, id: &str) -> Reply {
+    let s = c.find(id, who.customer()).await.map_err(|e| problem(&e))?;
+    match c.certificate(&s.id).await.map_err(|e| problem(&e))? {
+        Some(cert) => Ok(json_response(200, &cert.view())),
+        None => Err(Response::problem(
+            404,
+            &format!(
+                "service {} has no certificate; upload one with PUT /v1/services/{}/certificate",
+                s.id, s.id
+            ),
+        )),
+    }
+}
+
+/// `PUT /v1/services/{id}/certificate` with `{"cert_pem", "key_pem"}`.
+async fn put_certificate(c: &Control, who: &Caller, id: &str, body: &[u8]) -> Reply {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Upload {
+        cert_pem: String,
+        key_pem: String,
+    }
+    let u: Upload = parse(body)?;
+    match c
+        .put_certificate(id, who.customer(), &u.cert_pem, &u.key_pem)
+        .await
+        .map_err(|e| problem(&e))?
+    {
+        Ok(cert) => Ok(json_response(200, &cert.view())),
+        Err(e) => Err(Response::problem(422, &e.to_string())),
+    }
 }
 
 async fn report_qoe(c: &Control, who: &Caller, id: &str, body: &[u8]) -> Reply {
@@ -745,6 +789,15 @@ async fn metrics(c: &Control, guard: &Guard) -> String {
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
         ));
     }
+    out.push_str("# HELP vcdn_certificate_not_after_seconds When each service's TLS certificate expires (Unix seconds).\n# TYPE vcdn_certificate_not_after_seconds gauge\n");
+    for cert in c.certificates().await {
+        out.push_str(&format!(
+            "vcdn_certificate_not_after_seconds{{service=\"{}\",source=\"{}\"}} {}\n",
+            cert.service,
+            cert.source.as_str(),
+            cert.not_after
+        ));
+    }
     out
 }
 
@@ -785,6 +838,39 @@ mod tests {
         }
         for field in ["role", "location"] {
             assert!(schemas["Instance"]["properties"].get(field).is_some());
+        }
+    }
+
+    /// Every field the certificate endpoints return is described, and the
+    /// three methods are there.
+    #[test]
+    fn the_openapi_document_describes_certificates() {
+        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        let path = &doc["paths"]["/v1/services/{id}/certificate"];
+        for m in ["get", "put", "delete"] {
+            assert!(path[m]["responses"]["200"].is_object(), "{m}");
+        }
+        assert!(path["put"]["responses"]["422"].is_object());
+        let described = &doc["components"]["schemas"]["Certificate"]["properties"];
+        let c = crate::certificates::ServiceCert {
+            service: "s".into(),
+            hostname: "h".into(),
+            source: crate::certificates::Source::Uploaded,
+            cert_pem: String::new(),
+            key_pem: String::new(),
+            names: vec![],
+            not_before: 0,
+            not_after: 0,
+            fingerprint: String::new(),
+            issuer: String::new(),
+            updated_at: 0,
+            warned_at: None,
+        };
+        for field in c.view().as_object().unwrap().keys() {
+            assert!(
+                described.get(field).is_some(),
+                "Certificate.{field} undescribed"
+            );
         }
     }
 }

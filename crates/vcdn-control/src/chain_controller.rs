@@ -132,7 +132,10 @@ impl Control {
             .platform_listeners
             .iter()
             .find(|(_, what)| what == "the control API")
-            .map(|(a, _)| format!("http://{a}"))
+            .map(|(a, _)| {
+                let scheme = if self.cfg.api_https { "https" } else { "http" };
+                format!("{scheme}://{a}")
+            })
     }
 
     /// Takes a proxy's RTT report: checks its token and content, stores

@@ -37,6 +37,9 @@ pub struct ControlConfig {
     pub instance_port: u16,
     /// Port of every instance's control API.
     pub admin_port: u16,
+    /// Port every cache serves HTTPS on (its address, like `instance_port`),
+    /// if caches serve HTTPS.
+    pub instance_tls_port: Option<u16>,
     pub capacity: CapacityModel,
     /// CPU time one vCPU gets on this host (1.0: a whole CPU). A test bed
     /// on a small machine emulates many small vCPUs with a fraction.
@@ -47,6 +50,12 @@ pub struct ControlConfig {
     /// The platform's own listeners (control API, router) and what each
     /// is: no origin may point at them.
     pub platform_listeners: Vec<(SocketAddr, String)>,
+    /// Whether the API is HTTPS, and its certificate's fingerprint (what
+    /// the control plane's own clients, e.g. proxies reporting RTTs, pin).
+    pub api_https: bool,
+    pub api_fingerprint: Option<String>,
+    /// Issues the services' certificates when customers upload none.
+    pub internal_ca: Option<Arc<crate::pki::InternalCa>>,
 }
 
 /// An operation's failure, mapped to an HTTP status by the API.
@@ -132,6 +141,10 @@ pub struct Control {
     pub instance_token: String,
     pub(crate) services: Mutex<BTreeMap<String, Service>>,
     pub(crate) runtime: parking_lot::Mutex<HashMap<String, Runtime>>,
+    /// Which certificate each cache instance holds.
+    pub(crate) pushed: parking_lot::Mutex<crate::certificates::Pushed>,
+    /// Held while a service's certificate is read and written back.
+    pub(crate) cert_writes: Mutex<()>,
 }
 
 pub fn now_s() -> u64 {
@@ -218,6 +231,8 @@ impl Control {
             instance_token,
             services: Mutex::new(services),
             runtime: parking_lot::Mutex::new(HashMap::new()),
+            pushed: parking_lot::Mutex::new(Default::default()),
+            cert_writes: Mutex::new(()),
         }))
     }
 
@@ -246,7 +261,14 @@ impl Control {
             vcpus: i.vcpus,
             cpu_quota: i.vcpus as f64 * self.cfg.vcpu_share,
             memory_mib: i.memory_mib,
-            proxy: crate::accel::proxy_spec(s, i, self.controller_url()),
+            tls_listen: match (i.role, self.cfg.instance_tls_port) {
+                (Role::Cache, Some(port)) => Some(SocketAddr::new(parse(&i.address)?.ip(), port)),
+                _ => None,
+            },
+            proxy: crate::accel::proxy_spec(s, i, self.controller_url()).map(|mut p| {
+                p.controller_fingerprint = self.cfg.api_fingerprint.clone();
+                p
+            }),
         })
     }
 
@@ -489,6 +511,8 @@ impl Control {
         // and owns whatever process it started.
         self.store.put("service", &s.id, &s).await?;
         services.insert(s.id.clone(), s.clone());
+        // Its caches find a certificate for its hostname from the start.
+        self.ensure_certificate(&s).await;
         if s.state == ServiceState::Scheduled {
             drop(services);
             self.event(

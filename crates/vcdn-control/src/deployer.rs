@@ -14,24 +14,47 @@ use crate::types::{Instance, Service, ServiceState};
 pub struct RouterLink {
     pub admin: SocketAddr,
     pub token: String,
+    /// HTTPS, trusting these (the internal CA); plain HTTP without.
+    pub trust: Option<vcdn_http::tls::Trust>,
 }
 
 impl RouterLink {
+    async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<vcdn_http::client::ClientResponse, String> {
+        let t = Duration::from_secs(2);
+        match &self.trust {
+            None => vcdn_http::client::request(self.admin, method, path, headers, body, t).await,
+            Some(trust) => {
+                // A wildcard listener is reached (and named) on loopback.
+                let mut a = self.admin;
+                if a.ip().is_unspecified() {
+                    a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+                }
+                let url = format!("https://{a}");
+                vcdn_http::client::request_url(&url, trust, method, path, headers, body, t).await
+            }
+        }
+        .map_err(|e| format!("router admin API: {e}"))
+    }
+
     async fn call(&self, method: &str, path: &str, body: &[u8]) -> Result<(), String> {
         let auth = format!("Bearer {}", self.token);
-        let r = vcdn_http::client::request(
-            self.admin,
-            method,
-            path,
-            &[
-                ("Authorization", &auth),
-                ("Content-Type", "application/json"),
-            ],
-            body,
-            Duration::from_secs(2),
-        )
-        .await
-        .map_err(|e| format!("router admin API: {e}"))?;
+        let r = self
+            .request(
+                method,
+                path,
+                &[
+                    ("Authorization", &auth),
+                    ("Content-Type", "application/json"),
+                ],
+                body,
+            )
+            .await?;
         match r.status() {
             200..=299 => Ok(()),
             404 if method == "DELETE" => Ok(()),
@@ -53,16 +76,9 @@ impl RouterLink {
     /// The services the router has now.
     pub async fn list(&self) -> Result<Vec<ServiceConfig>, String> {
         let auth = format!("Bearer {}", self.token);
-        let r = vcdn_http::client::request(
-            self.admin,
-            "GET",
-            "/services",
-            &[("Authorization", &auth)],
-            b"",
-            Duration::from_secs(2),
-        )
-        .await
-        .map_err(|e| format!("router admin API: {e}"))?;
+        let r = self
+            .request("GET", "/services", &[("Authorization", &auth)], b"")
+            .await?;
         if r.status() != 200 {
             return Err(format!(
                 "router admin API answered {}: {}",

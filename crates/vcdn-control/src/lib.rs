@@ -12,12 +12,14 @@
 
 pub mod accel;
 pub mod api;
+pub mod certificates;
 pub mod chain_controller;
 pub mod control;
 pub mod defaults;
 pub mod deployer;
 pub mod order;
 pub mod origin;
+pub mod pki;
 pub mod planner;
 pub mod pricing;
 pub mod settings;
@@ -52,17 +54,28 @@ pub struct UpOptions {
     pub cache_binary: PathBuf,
     pub instance_port: u16,
     pub admin_port: u16,
+    /// Port caches serve HTTPS on (`vcdn cache --tls-listen`); none: HTTP only.
+    pub instance_tls_port: Option<u16>,
     /// CPU time one vCPU gets (see [`ControlConfig::vcpu_share`]).
     pub vcpu_share: f64,
     /// Start even though the data directory's store is missing, emptied or
     /// replaced, or its instances run with no store (see [`store::OpenOptions`]).
     pub reinitialise_store: bool,
+    /// HTTPS with a self-signed certificate (default), the operator's, or
+    /// plain HTTP on loopback.
+    pub api_tls: pki::ApiTls,
 }
 
 /// A running control plane and router.
 pub struct Up {
     pub control: Arc<Control>,
     pub api: SocketAddr,
+    /// `https://ADDR` (or `http://` with plain HTTP).
+    pub api_url: String,
+    /// The API certificate's fingerprint (None: plain HTTP).
+    pub api_fingerprint: Option<String>,
+    /// How a client of this process trusts its API.
+    pub api_trust: vcdn_http::tls::Trust,
     pub dns: Option<SocketAddr>,
     pub http: Option<SocketAddr>,
     pub router_admin: SocketAddr,
@@ -74,6 +87,14 @@ pub struct Up {
 pub async fn up(o: UpOptions) -> Result<Up, String> {
     std::fs::create_dir_all(&o.data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", o.data_dir.display()))?;
+    // The API's TLS is checked before anything starts.
+    match &o.api_tls {
+        pki::ApiTls::Plain => pki::check_plain(o.api)?,
+        pki::ApiTls::Files { cert, key } => {
+            pki::operator_certificate(cert, key)?;
+        }
+        pki::ApiTls::SelfSigned => {}
+    }
     let operator_token = match &o.operator_token {
         Some(t) if !t.is_empty() => {
             vcdn_http::auth::check_token_strength("--operator-token", t)?;
@@ -140,6 +161,10 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     }
     rcfg.default_region = regions.first().map(|r| r.name.clone());
     let router_token = control::random_hex(16);
+    // The router's admin API is HTTPS with a certificate of the internal
+    // CA (made anew at each start), which the control plane trusts.
+    let internal_ca = Arc::new(pki::internal_ca(&o.data_dir)?);
+    let router_tls = pki::router_admin_tls(&internal_ca, o.router_admin)?;
     let (_router, l) = vcdn_router::start(
         rcfg,
         vcdn_router::RouterOptions {
@@ -147,6 +172,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
             http: o.http,
             admin: Some(o.router_admin),
             admin_token: Some(router_token.clone()),
+            admin_tls: Some(router_tls),
         },
     )
     .await?;
@@ -157,6 +183,8 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         .await
         .map_err(|e| format!("cannot listen for the API on {}: {e}", o.api))?;
     let api = listener.local_addr().map_err(|e| e.to_string())?;
+    let api_cert = pki::api_certificate(&o.data_dir, api, &o.api_tls)?;
+    let api_fingerprint = api_cert.as_ref().map(|b| b.info.fingerprint.clone());
     let mut platform_listeners = vec![
         (api, "the control API".to_string()),
         (router_admin, "the router's admin API".to_string()),
@@ -169,16 +197,24 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         router: deployer::RouterLink {
             admin: router_admin,
             token: router_token,
+            trust: Some(vcdn_http::tls::Trust::Bundle(
+                vcdn_http::tls::parse_chain(internal_ca.ca.cert_pem.as_bytes())
+                    .map_err(|e| e.to_string())?,
+            )),
         },
         dns: l.dns,
         http_routing: l.http,
         instance_port: o.instance_port,
         admin_port: o.admin_port,
+        instance_tls_port: o.instance_tls_port,
         capacity,
         vcpu_share: o.vcpu_share,
         tick: Duration::from_millis(100),
         autoscaler: Default::default(),
         platform_listeners,
+        api_https: api_cert.is_some(),
+        api_fingerprint: api_fingerprint.clone(),
+        internal_ca: Some(internal_ca),
     };
     let control = Control::open(cfg, store, Arc::new(vim))
         .await
@@ -186,14 +222,34 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     control.reconcile().await;
     tokio::spawn(supervisor::run(control.clone()));
     tokio::spawn(chain_controller::run(control.clone()));
+    tokio::spawn(certificates::run(control.clone()));
+    let api_trust = match &api_fingerprint {
+        Some(fp) => vcdn_http::tls::Trust::Fingerprint(
+            vcdn_http::tls::parse_fingerprint(fp).ok_or("bad API fingerprint")?,
+        ),
+        None => vcdn_http::tls::Trust::System,
+    };
     tokio::spawn(vcdn_http::serve::serve(
         listener,
-        vcdn_http::serve::ServeConfig::default(),
+        vcdn_http::serve::ServeConfig {
+            tls: api_cert.map(pki::server_config),
+            ..Default::default()
+        },
         api::handler(control.clone()),
     ));
     Ok(Up {
         control,
         api,
+        api_url: format!(
+            "{}://{api}",
+            if api_fingerprint.is_some() {
+                "https"
+            } else {
+                "http"
+            }
+        ),
+        api_fingerprint,
+        api_trust,
         dns: l.dns,
         http: l.http,
         router_admin,

@@ -36,6 +36,9 @@ pub struct InstanceSpec {
     pub memory_mib: u64,
     /// Set for a proxy (`vcdn proxy`); `upstream` is then the origin.
     pub proxy: Option<ProxySpec>,
+    /// Where a cache serves HTTPS (`--tls-listen`), with the certificates
+    /// the control plane pushes to its admin API.
+    pub tls_listen: Option<SocketAddr>,
 }
 
 /// What a `vcdn proxy` is started with besides what every instance gets.
@@ -56,6 +59,8 @@ pub struct ProxySpec {
     /// Where RTT changes are reported, and with what bearer token
     /// (secret), once a chain controller runs.
     pub controller: Option<(String, String)>,
+    /// The controller's certificate fingerprint (an https API).
+    pub controller_fingerprint: Option<String>,
 }
 
 /// The environment variables that carry a proxy's secrets (never its
@@ -82,6 +87,9 @@ pub fn command(
     let env = match &spec.proxy {
         None => {
             flag("--listen", spec.listen.to_string());
+            if let Some(t) = spec.tls_listen {
+                flag("--tls-listen", t.to_string());
+            }
             flag("--upstream", spec.upstream.clone());
             flag("--admin", spec.admin.to_string());
             flag("--memory", format!("{}M", spec.memory_mib.max(1) / 2));
@@ -110,6 +118,9 @@ pub fn command(
             ];
             if let Some((url, token)) = &p.controller {
                 flag("--controller", url.clone());
+                if let Some(fp) = &p.controller_fingerprint {
+                    flag("--controller-fingerprint", fp.clone());
+                }
                 env.push((PROXY_CONTROLLER_TOKEN_ENV, token.clone()));
             }
             env
@@ -547,6 +558,7 @@ mod tests {
             cpu_quota: 1.0,
             memory_mib: 256,
             proxy,
+            tls_listen: None,
         }
     }
 
@@ -560,7 +572,8 @@ mod tests {
                 egress: "marseille".into(),
                 hop_key: "hop-secret".into(),
                 warm: Some(4),
-                controller: Some(("http://127.0.0.1:8070".into(), "ctl-secret".into())),
+                controller: Some(("https://127.0.0.1:8070".into(), "ctl-secret".into())),
+                controller_fingerprint: Some("sha256:00".into()),
             })),
             None,
         );
@@ -568,7 +581,7 @@ mod tests {
             args.join(" "),
             "proxy --name paris --listen 127.10.0.2:8080 --admin 127.10.0.2:9080 --service s-1 \
              --origin http://127.3.0.9:80 --peer marseille=127.12.0.1:8080 --egress marseille \
-             --warm 4 --controller http://127.0.0.1:8070 --keep-sysctl \
+             --warm 4 --controller https://127.0.0.1:8070 --controller-fingerprint sha256:00 --keep-sysctl \
              --origin-policy deny non-public --instance-id i-1.abc"
         );
         for secret in ["admin-secret", "hop-secret", "ctl-secret"] {
@@ -596,6 +609,12 @@ mod tests {
              --memory 128M --threads 1 --origin-policy deny non-public --instance-id i-1.abc"
         );
         assert_eq!(env, [("VCDN_ADMIN_TOKEN", "admin-secret".to_string())]);
+        let mut tls = spec(None);
+        tls.tls_listen = Some("127.10.0.2:8443".parse().unwrap());
+        assert!(command(&tls, None)
+            .0
+            .join(" ")
+            .starts_with("cache --listen 127.10.0.2:8080 --tls-listen 127.10.0.2:8443 --upstream"));
     }
 
     /// An https:// origin with the service's own CA: the local VIM writes

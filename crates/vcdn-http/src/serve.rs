@@ -1,6 +1,7 @@
 //! A small HTTP/1.1 server for control endpoints (admin API, demo origin,
 //! metrics): keep-alive, request bodies up to a limit, timeouts, streamed
-//! responses. The cache's data path has its own faster loop.
+//! responses, optionally over TLS. The cache's data path has its own faster
+//! loop.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -9,13 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use crate::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use crate::request::{parse_request, BodyFraming, Limits, Method, RequestHead};
 use crate::response::reason;
+use crate::tls::{rustls, tokio_rustls};
 
 /// A request with its whole body.
 #[derive(Debug)]
@@ -97,13 +99,17 @@ pub fn json_string(s: &str) -> String {
 pub type Handler =
     Arc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Response> + Send>> + Send + Sync>;
 
-/// Limits and timeouts of a control server.
-#[derive(Debug, Clone, Copy)]
+/// Limits and timeouts of a control server, and its TLS.
+#[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub limits: Limits,
     pub max_body: usize,
+    /// Also the time a TLS handshake may take.
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
+    /// Serve HTTPS: every connection does the TLS handshake first (in its
+    /// own task, bounded by `header_timeout`), then the same HTTP/1.1.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for ServeConfig {
@@ -113,6 +119,7 @@ impl Default for ServeConfig {
             max_body: 1024 * 1024,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            tls: None,
         }
     }
 }
@@ -123,9 +130,10 @@ pub async fn serve(listener: TcpListener, cfg: ServeConfig, handler: Handler) {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let handler = handler.clone();
+                let cfg = cfg.clone();
                 tokio::spawn(async move {
                     let _ = stream.set_nodelay(true);
-                    if let Err(e) = connection(stream, peer, cfg, handler).await {
+                    if let Err(e) = accepted(stream, peer, cfg, handler).await {
                         tracing::debug!(%peer, error = %e, "control connection ended");
                     }
                 });
@@ -138,10 +146,47 @@ pub async fn serve(listener: TcpListener, cfg: ServeConfig, handler: Handler) {
     }
 }
 
-async fn connection(
-    mut stream: TcpStream,
+/// A new connection: the TLS handshake if configured, then HTTP/1.1.
+async fn accepted(
+    stream: TcpStream,
     peer: SocketAddr,
     cfg: ServeConfig,
+    handler: Handler,
+) -> std::io::Result<()> {
+    let Some(tls) = cfg.tls.clone() else {
+        return connection(stream, peer, &cfg, handler).await;
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let stream = match tokio::time::timeout(cfg.header_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return Ok(());
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake did not finish in time");
+            return Ok(());
+        }
+    };
+    connection(stream, peer, &cfg, handler).await
+}
+
+async fn connection<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    peer: SocketAddr,
+    cfg: &ServeConfig,
+    handler: Handler,
+) -> std::io::Result<()> {
+    let r = serve_requests(&mut stream, peer, cfg, handler).await;
+    // Flushes what a TLS layer still holds and sends its close_notify.
+    let _ = stream.shutdown().await;
+    r
+}
+
+async fn serve_requests<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    peer: SocketAddr,
+    cfg: &ServeConfig,
     handler: Handler,
 ) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(4096);
@@ -158,7 +203,7 @@ async fn connection(
                 Ok(None) => {}
                 Err(e) => {
                     let resp = Response::problem(e.status(), &e.to_string());
-                    write_response(&mut stream, resp, false, false).await?;
+                    write_response(stream, resp, false, false).await?;
                     return Ok(());
                 }
             }
@@ -174,33 +219,34 @@ async fn connection(
                 Err(_) if buf.is_empty() => return Ok(()),
                 Err(_) => {
                     let resp = Response::problem(408, "the request head did not arrive in time");
-                    write_response(&mut stream, resp, false, false).await?;
+                    write_response(stream, resp, false, false).await?;
                     return Ok(());
                 }
             }
         };
         if head.expect_continue {
             stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+            stream.flush().await?;
         }
-        let body = match read_body(&mut stream, &mut buf, head.body, &cfg).await {
+        let body = match read_body(stream, &mut buf, head.body, cfg).await {
             Ok(b) => b,
             Err(resp) => {
-                write_response(&mut stream, *resp, false, false).await?;
+                write_response(stream, *resp, false, false).await?;
                 return Ok(());
             }
         };
         let keep_alive = head.keep_alive;
         let is_head = head.method == Method::Head;
         let resp = handler(Request { head, body, peer }).await;
-        let clean = write_response(&mut stream, resp, keep_alive, is_head).await?;
+        let clean = write_response(stream, resp, keep_alive, is_head).await?;
         if !keep_alive || !clean {
             return Ok(());
         }
     }
 }
 
-async fn read_body(
-    stream: &mut TcpStream,
+async fn read_body<S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut BytesMut,
     framing: BodyFraming,
     cfg: &ServeConfig,
@@ -261,8 +307,8 @@ async fn read_body(
 }
 
 /// Write a response; returns false when a streamed body was aborted.
-async fn write_response(
-    stream: &mut TcpStream,
+async fn write_response<S: AsyncWrite + Unpin>(
+    stream: &mut S,
     resp: Response,
     keep_alive: bool,
     is_head: bool,
@@ -290,6 +336,7 @@ async fn write_response(
                 out.extend_from_slice(&b);
             }
             stream.write_all(&out).await?;
+            stream.flush().await?;
             Ok(true)
         }
         Body::Stream(mut rx) => {
@@ -300,10 +347,12 @@ async fn write_response(
             }
             stream.write_all(&out).await?;
             if is_head {
+                stream.flush().await?;
                 return Ok(true);
             }
             while let Some(piece) = rx.recv().await {
                 let Ok(piece) = piece else {
+                    stream.flush().await?;
                     return Ok(false);
                 };
                 if piece.is_empty() {
@@ -318,10 +367,13 @@ async fn write_response(
                 } else {
                     stream.write_all(&piece).await?;
                 }
+                // A TLS layer would otherwise hold a slow stream's pieces.
+                stream.flush().await?;
             }
             if chunked {
                 stream.write_all(b"0\r\n\r\n").await?;
             }
+            stream.flush().await?;
             Ok(true)
         }
     }

@@ -455,6 +455,14 @@ pub fn client_config(trust: &Trust, alpn: &[&[u8]]) -> Result<Arc<ClientConfig>,
     Ok(Arc::new(c))
 }
 
+/// A server presented another certificate than the one trusted by
+/// fingerprint (inside `rustls::Error::Other`, so a client can say which).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the server's certificate has fingerprint {seen}, not the one trusted")]
+pub struct FingerprintMismatch {
+    pub seen: String,
+}
+
 /// Accepts exactly one certificate, by fingerprint; signatures are still
 /// verified, so only the holder of its key can complete the handshake.
 #[derive(Debug)]
@@ -476,10 +484,11 @@ impl ServerCertVerifier for PinnedVerifier {
         if got == self.fingerprint {
             Ok(ServerCertVerified::assertion())
         } else {
-            Err(rustls::Error::General(format!(
-                "the server's certificate has fingerprint {}, not the one trusted",
-                fingerprint(end_entity.as_ref())
-            )))
+            Err(rustls::Error::Other(rustls::OtherError(Arc::new(
+                FingerprintMismatch {
+                    seen: fingerprint(end_entity.as_ref()),
+                },
+            ))))
         }
     }
 

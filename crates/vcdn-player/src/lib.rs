@@ -103,9 +103,12 @@ pub struct PlayerOptions {
 
 #[derive(Debug, Clone)]
 pub struct QoeReport {
+    /// `http[s]://host:port/v1/services/NAME/qoe`.
     pub url: String,
     pub token: String,
     pub region: String,
+    /// Whom an `https` control plane may be.
+    pub trust: vcdn_http::tls::Trust,
 }
 
 impl Default for PlayerOptions {
@@ -594,17 +597,17 @@ fn summarize(
 
 /// Where QoE reports go.
 struct QoeTarget {
-    addr: SocketAddr,
-    path: String,
+    endpoint: vcdn_http::client::Endpoint,
     auth: String,
     region: String,
 }
 
 async fn qoe_target(q: &QoeReport) -> Result<QoeTarget, PlayerError> {
-    let t = target(&q.url).await?;
+    let endpoint = vcdn_http::client::Endpoint::new(&q.url, &q.trust)
+        .await
+        .map_err(|e| PlayerError::Url(format!("--qoe-to: {e}")))?;
     Ok(QoeTarget {
-        addr: t.addr,
-        path: t.path,
+        endpoint,
         auth: format!("Bearer {}", q.token),
         region: q.region.clone(),
     })
@@ -626,15 +629,16 @@ async fn flush_qoe(t: &QoeTarget, live: &Live) {
         ("Authorization", t.auth.as_str()),
         ("Content-Type", "application/json"),
     ];
-    match vcdn_http::client::request(
-        t.addr,
-        "POST",
-        &t.path,
-        &headers,
-        body.as_bytes(),
-        Duration::from_secs(5),
-    )
-    .await
+    match t
+        .endpoint
+        .request(
+            "POST",
+            "",
+            &headers,
+            body.as_bytes(),
+            Duration::from_secs(5),
+        )
+        .await
     {
         Ok(r) if r.status() < 300 => {}
         Ok(r) => tracing::warn!(status = r.status(), body = %r.text().trim(), "QoE report refused"),

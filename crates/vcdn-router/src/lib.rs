@@ -41,6 +41,8 @@ pub struct RouterOptions {
     /// Bearer token of the admin API. Without one a random token is made
     /// and logged.
     pub admin_token: Option<String>,
+    /// Serve the admin API over HTTPS with this configuration.
+    pub admin_tls: Option<std::sync::Arc<vcdn_http::tls::rustls::ServerConfig>>,
 }
 
 /// The addresses a started router listens on.
@@ -109,7 +111,7 @@ pub async fn start(
         listening.http = Some(l.local_addr().map_err(|e| e.to_string())?);
         tokio::spawn(vcdn_http::serve::serve(
             l,
-            serve_cfg,
+            serve_cfg.clone(),
             http::handler(router.clone()),
         ));
     }
@@ -120,6 +122,7 @@ pub async fn start(
         listening.admin = Some(l.local_addr().map_err(|e| e.to_string())?);
         let cfg = vcdn_http::serve::ServeConfig {
             max_body: 1 << 20,
+            tls: opts.admin_tls.clone(),
             ..serve_cfg
         };
         tokio::spawn(vcdn_http::serve::serve(

@@ -94,6 +94,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             cpu_quota: a.cpus,
             memory_mib: 2048,
             proxy: None,
+            tls_listen: None,
         };
         let started = vim.start(&spec).map_err(|e| e.to_string())?;
         eprintln!(

@@ -63,6 +63,10 @@ pub struct PlayerArgs {
     qoe_token: Option<String>,
     #[arg(long)]
     qoe_region: Option<String>,
+    /// Trust an https --qoe-to by its certificate's fingerprint (what
+    /// `vcdn up` prints) [default: the system's CAs].
+    #[arg(long, env = "VCDN_API_FINGERPRINT")]
+    qoe_fingerprint: Option<String>,
     /// HTTP load: total requests per second (open loop); without it each
     /// connection sends back to back (closed loop).
     #[arg(long, requires = "http")]
@@ -140,11 +144,15 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
         progress: !a.quiet,
         mirrors: a.mirrors.clone(),
         dns: a.dns,
-        qoe_report: a.qoe_to.clone().map(|url| vcdn_player::QoeReport {
-            url,
-            token: a.qoe_token.clone().unwrap_or_default(),
-            region: a.qoe_region.clone().unwrap_or_default(),
-        }),
+        qoe_report: match a.qoe_to.clone() {
+            Some(url) => Some(vcdn_player::QoeReport {
+                url,
+                token: a.qoe_token.clone().unwrap_or_default(),
+                region: a.qoe_region.clone().unwrap_or_default(),
+                trust: crate::service_cmd::api_trust(a.qoe_fingerprint.as_deref(), None)?,
+            }),
+            None => None,
+        },
         ..PlayerOptions::default()
     };
     let report = rt

@@ -86,6 +86,10 @@ pub struct ProxyArgs {
     /// Bearer token for the controller.
     #[arg(long, env = "VCDN_PROXY_CONTROLLER_TOKEN", hide_env_values = true)]
     controller_token: Option<String>,
+    /// Trust an https controller by its certificate's SHA-256 fingerprint
+    /// (what `vcdn up` prints) instead of the system roots.
+    #[arg(long)]
+    controller_fingerprint: Option<String>,
 }
 
 fn parse_peer(s: &str) -> Result<(String, SocketAddr), String> {
@@ -133,6 +137,7 @@ pub fn run(a: ProxyArgs) -> Result<(), String> {
     cfg.admin_token = a.admin_token;
     cfg.controller = a.controller;
     cfg.controller_token = a.controller_token;
+    cfg.controller_fingerprint = a.controller_fingerprint;
     let listener = match (a.listen_fd, a.listen) {
         (Some(fd), _) => vcdn_accel::reactive::inherited_listener(fd)
             .map_err(|e| format!("--listen-fd {fd}: {e}"))?,

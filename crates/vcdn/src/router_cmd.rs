@@ -20,6 +20,12 @@ pub struct RouterArgs {
     /// Bearer token of the admin API (generated and logged if absent).
     #[arg(long, env = "VCDN_ROUTER_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Serve the admin API over HTTPS with this certificate chain (PEM).
+    #[arg(long, requires = "admin_tls_key", env = "VCDN_ROUTER_ADMIN_TLS_CERT")]
+    admin_tls_cert: Option<PathBuf>,
+    /// The private key of --admin-tls-cert (PEM).
+    #[arg(long, requires = "admin_tls_cert", env = "VCDN_ROUTER_ADMIN_TLS_KEY")]
+    admin_tls_key: Option<PathBuf>,
     /// TOML file: DNS zone data, coverage zones, regions, services.
     #[arg(long, env = "VCDN_ROUTER_CONFIG")]
     config: Option<PathBuf>,
@@ -57,6 +63,15 @@ pub fn run(a: RouterArgs) -> Result<(), String> {
                 .unwrap_or_else(|| "127.0.0.1:8054".parse().expect("static address")),
         ),
         admin_token: a.admin_token,
+        admin_tls: match (&a.admin_tls_cert, &a.admin_tls_key) {
+            (Some(c), Some(k)) => Some(admin_tls(c, k)?),
+            _ => None,
+        },
+    };
+    let scheme = if opts.admin_tls.is_some() {
+        "https"
+    } else {
+        "http"
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -73,10 +88,29 @@ pub fn run(a: RouterArgs) -> Result<(), String> {
             println!("vcdn router HTTP routing on http://{h}");
         }
         if let Some(ad) = l.admin {
-            println!("vcdn router admin on http://{ad} (/healthz, /metrics, /services, /caches)");
+            println!("vcdn router admin on {scheme}://{ad} (/healthz, /metrics, /services, /caches)");
         }
         tracing::info!(dns = ?l.dns, http = ?l.http, admin = ?l.admin, services, "vcdn router ready");
         std::future::pending::<()>().await;
         Ok(())
     })
+}
+
+/// The admin API's TLS from PEM files, checked now (chain, key, dates).
+pub fn admin_tls(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<std::sync::Arc<vcdn_http::tls::rustls::ServerConfig>, String> {
+    use vcdn_http::tls;
+    let c = std::fs::read(cert).map_err(|e| format!("--admin-tls-cert {}: {e}", cert.display()))?;
+    let k = std::fs::read(key).map_err(|e| format!("--admin-tls-key {}: {e}", key.display()))?;
+    let b = tls::parse_bundle(&c, &k)
+        .map_err(|e| format!("--admin-tls-cert {}: {e}", cert.display()))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    b.info
+        .check_validity(now)
+        .map_err(|e| format!("--admin-tls-cert {}: {e}", cert.display()))?;
+    Ok(tls::single_cert_config(b, &[b"http/1.1"]))
 }

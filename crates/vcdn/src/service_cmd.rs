@@ -1,11 +1,12 @@
 //! `vcdn service …` and `vcdn customer …`: the REST API from the shell,
 //! with readable tables and the API's own error messages.
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
+use vcdn_http::client::{ClientError, Endpoint};
+use vcdn_http::tls::Trust;
 
 #[derive(Args)]
 pub struct ApiArgs {
@@ -13,10 +14,18 @@ pub struct ApiArgs {
     #[arg(
         long,
         global = true,
-        default_value = "http://127.0.0.1:8070",
+        default_value = "https://127.0.0.1:8070",
         env = "VCDN_API"
     )]
     api: String,
+    /// Trust the API's certificate by its SHA-256 fingerprint (what `vcdn
+    /// up` prints; DATA_DIR/api.fingerprint).
+    #[arg(long, global = true, env = "VCDN_API_FINGERPRINT")]
+    api_fingerprint: Option<String>,
+    /// Trust the API's certificate if a CA of this PEM file issued it
+    /// [default: the system's CAs].
+    #[arg(long, global = true, env = "VCDN_CA_FILE")]
+    ca_file: Option<std::path::PathBuf>,
     /// A customer API key (or the operator token).
     #[arg(long, global = true, env = "VCDN_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -142,35 +151,75 @@ fn parse_duration(s: &str) -> Result<u64, String> {
     Ok(n * mult)
 }
 
+/// Whom the CLI trusts as the API: the pinned fingerprint, else the CAs
+/// of a file, else the system's.
+pub fn api_trust(
+    fingerprint: Option<&str>,
+    ca_file: Option<&std::path::Path>,
+) -> Result<Trust, String> {
+    if let Some(f) = fingerprint.filter(|f| !f.trim().is_empty()) {
+        return vcdn_http::tls::parse_fingerprint(f)
+            .map(Trust::Fingerprint)
+            .ok_or_else(|| {
+                format!("VCDN_API_FINGERPRINT {f:?} is not a SHA-256 fingerprint (sha256: and 64 hex digits, as vcdn up prints it)")
+            });
+    }
+    if let Some(p) = ca_file {
+        let pem = std::fs::read(p).map_err(|e| format!("VCDN_CA_FILE {}: {e}", p.display()))?;
+        let cas = vcdn_http::tls::parse_chain(&pem)
+            .map_err(|e| format!("VCDN_CA_FILE {}: {e}", p.display()))?;
+        return Ok(Trust::Bundle(cas));
+    }
+    Ok(Trust::System)
+}
+
+/// What a failed call to the API means for the person at the shell.
+pub fn explain(api: &str, e: &ClientError) -> String {
+    match e {
+        ClientError::FingerprintMismatch { seen, .. } => format!(
+            "the API at {api} presented a certificate with fingerprint {seen}, not the one in VCDN_API_FINGERPRINT (or --api-fingerprint): refusing to send the token. If this is your vcdn up (its data directory's api.fingerprint holds it), trust it with\n  export VCDN_API_FINGERPRINT={seen}"
+        ),
+        ClientError::Tls(..) => format!(
+            "{e}\n(vcdn up prints VCDN_API_FINGERPRINT to trust its self-signed certificate; with an operator certificate set VCDN_CA_FILE; an API served with --plain-http needs VCDN_API=http://…)"
+        ),
+        ClientError::Invalid(..) if api.starts_with("http://") => format!(
+            "{e} (the API serves HTTPS unless started with --plain-http: try VCDN_API=https://…)"
+        ),
+        e => format!("{e} (is `vcdn up` running?)"),
+    }
+}
+
 struct Client {
-    addr: SocketAddr,
+    api: String,
+    endpoint: Endpoint,
+    rt: tokio::runtime::Runtime,
     auth: String,
     json: bool,
 }
 
 impl Client {
     fn new(a: &ApiArgs) -> Result<Client, String> {
-        let hostport = a
+        let url = a
             .api
-            .trim_start_matches("http://")
             .trim_end_matches('/')
-            .trim_end_matches("/v1");
-        let addr = hostport
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut i| i.next())
-            .ok_or_else(|| {
-                format!(
-                    "cannot resolve the API address {} (set --api or VCDN_API)",
-                    a.api
-                )
-            })?;
+            .trim_end_matches("/v1")
+            .to_string();
+        let trust = api_trust(a.api_fingerprint.as_deref(), a.ca_file.as_deref())?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let endpoint = rt
+            .block_on(Endpoint::new(&url, &trust))
+            .map_err(|e| format!("{e} (set --api or VCDN_API, e.g. https://127.0.0.1:8070)"))?;
         let token = a
             .token
             .clone()
             .ok_or("no API key: set VCDN_TOKEN or --token (vcdn up prints one)")?;
         Ok(Client {
-            addr,
+            api: url,
+            endpoint,
+            rt,
             auth: format!("Bearer {token}"),
             json: a.json,
         })
@@ -178,13 +227,9 @@ impl Client {
 
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
         let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        let r = rt
-            .block_on(vcdn_http::client::request(
-                self.addr,
+        let r = self
+            .rt
+            .block_on(self.endpoint.request(
                 method,
                 path,
                 &[
@@ -194,7 +239,7 @@ impl Client {
                 body.as_bytes(),
                 Duration::from_secs(60),
             ))
-            .map_err(|e| format!("{e} (is `vcdn up` running?)"))?;
+            .map_err(|e| explain(&self.api, &e))?;
         let v: Value = if r.body.is_empty() {
             Value::Null
         } else {

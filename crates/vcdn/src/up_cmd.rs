@@ -38,6 +38,10 @@ pub struct UpArgs {
     /// Port of every cache instance's control API.
     #[arg(long, default_value_t = 9080)]
     instance_admin_port: u16,
+    /// Port every cache instance serves HTTPS on (with its service's
+    /// certificate, uploaded or issued by the internal CA) [default: HTTP only].
+    #[arg(long)]
+    instance_tls_port: Option<u16>,
     /// CPU time one instance vCPU gets on this host (a test bed emulates
     /// small vCPUs with a fraction; calibrate with the same share).
     #[arg(long, default_value_t = 1.0, env = "VCDN_VCPU_SHARE")]
@@ -48,6 +52,17 @@ pub struct UpArgs {
     /// instances are stopped.
     #[arg(long)]
     reinitialise_store: bool,
+    /// Serve the API with this certificate chain (PEM, server certificate
+    /// first) instead of the self-signed one made in the data directory.
+    #[arg(long, requires = "tls_key", env = "VCDN_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert", env = "VCDN_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Serve the API in plain HTTP (tokens in clear): only on a loopback
+    /// --api address.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    plain_http: bool,
     /// Also run a demo origin and make a demo customer.
     #[arg(long)]
     demo: bool,
@@ -99,19 +114,41 @@ pub fn run(a: UpArgs) -> Result<(), String> {
             cache_binary: std::env::current_exe().map_err(|e| format!("cannot find the vcdn binary: {e}"))?,
             instance_port: a.instance_port,
             admin_port: a.instance_admin_port,
+            instance_tls_port: a.instance_tls_port,
             vcpu_share: a.vcpu_share,
             reinitialise_store: a.reinitialise_store,
+            api_tls: match (&a.tls_cert, &a.tls_key, a.plain_http) {
+                (_, _, true) => vcdn_control::pki::ApiTls::Plain,
+                (Some(cert), Some(key), _) => vcdn_control::pki::ApiTls::Files {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                },
+                _ => vcdn_control::pki::ApiTls::SelfSigned,
+            },
         })
         .await?;
-        let api = format!("http://{}", up.api);
+        let api = up.api_url.clone();
         let dns = up.dns.map_or("off".into(), |d| d.to_string());
         println!("vcdn up: control plane ready in {:.0} ms", t0.elapsed().as_secs_f64() * 1000.0);
         println!("  API            {api}/v1   (OpenAPI at {api}/v1/openapi.json; /metrics, /healthz)");
+        match &up.api_fingerprint {
+            Some(fp) => println!(
+                "  API certificate {fp} ({})",
+                match &a.tls_cert {
+                    Some(c) => c.display().to_string(),
+                    None => format!(
+                        "self-signed, {}",
+                        a.data_dir.join(vcdn_control::pki::API_CERT).display()
+                    ),
+                }
+            ),
+            None => println!("  API            plain HTTP on loopback (--plain-http)"),
+        }
         println!("  DNS            {dns} (udp and tcp)");
         if let Some(h) = up.http {
             println!("  HTTP routing   http://{h}");
         }
-        println!("  router admin   http://{}", up.router_admin);
+        println!("  router admin   https://{} (certificate of the internal CA, {})", up.router_admin, a.data_dir.join(vcdn_control::pki::CA_CERT).display());
         println!("  store          {} in {}", up.control.store.engine(), a.data_dir.display());
         println!("  operator token {}", up.operator_token);
         let mut token = String::from("<customer API key>");
@@ -122,10 +159,23 @@ pub fn run(a: UpArgs) -> Result<(), String> {
             token = key;
         }
         let o = origin.map_or("http://<your origin host:port>".into(), |o| format!("http://{o}"));
+        let trust_env = up
+            .api_fingerprint
+            .as_ref()
+            .map_or(String::new(), |fp| format!(" VCDN_API_FINGERPRINT={fp}"));
+        // curl trusts a self-signed certificate given as its own CA.
+        let curl_trust = match (&up.api_fingerprint, &a.tls_cert) {
+            (None, _) => String::new(),
+            (Some(_), Some(_)) => " --cacert <your CA>".to_string(),
+            (Some(_), None) => format!(
+                " --cacert {}",
+                a.data_dir.join(vcdn_control::pki::API_CERT).display()
+            ),
+        };
         println!(
             "
 Order a first vCDN (regions: paris, lyon, marseille):
-  export VCDN_API={api} VCDN_TOKEN={token}
+  export VCDN_API={api}{trust_env} VCDN_TOKEN={token}
   vcdn service create demo --origin {o} --hostname video.demo.example \\
       --flavor elastic --region paris=500 --region lyon=200 --min-mos 4.0 --lease 2h
   vcdn service show demo
@@ -161,7 +211,7 @@ Watch the demo's video (a test pattern, made with ffmpeg in about a minute when 
                 String::new()
             },
             cust = if origin.is_none() {
-                format!("\nMake a customer first (operator token):\n  curl -s -H 'Authorization: Bearer {}' -d '{{\"name\": \"acme\"}}' {api}/v1/customers\n", up.operator_token)
+                format!("\nMake a customer first (operator token):\n  curl -s{curl_trust} -H 'Authorization: Bearer {}' -d '{{\"name\": \"acme\"}}' {api}/v1/customers\n", up.operator_token)
             } else {
                 String::new()
             },
@@ -186,8 +236,9 @@ async fn demo_customer(
         }
     }
     let auth = format!("Bearer {}", up.operator_token);
-    let r = vcdn_http::client::request(
-        up.api,
+    let r = vcdn_http::client::request_url(
+        &up.api_url,
+        &up.api_trust,
         "POST",
         "/v1/customers",
         &[

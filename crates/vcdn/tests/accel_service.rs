@@ -161,6 +161,7 @@ async fn an_accelerated_service_serves_dynamic_content_through_its_chain_and_del
         ],
         extra: Vec::new(),
         started: false,
+        greeting: Vec::new(),
     };
     let _proxies = ProxyGuard(up.instance_port);
     up.launch().expect("vcdn up starts");

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::up::free_port;
+use support::up::{free_port, Api};
 use support::{eventually, tempdir, TempDir};
 use vcdn_http::client;
 
@@ -171,12 +171,17 @@ impl Up {
     }
 
     fn cli_as(&self, token: &str, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
-            .args(args)
-            .env("VCDN_API", format!("http://{}", self.api))
+        let api = self.api_client();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vcdn"));
+        cmd.args(args)
+            .env("VCDN_API", &api.url)
             .env("VCDN_TOKEN", token)
-            .output()
-            .expect("vcdn CLI runs");
+            .env_remove("VCDN_API_FINGERPRINT")
+            .env_remove("VCDN_CA_FILE");
+        if let Some(fp) = api.fingerprint(&self.dir) {
+            cmd.env("VCDN_API_FINGERPRINT", fp);
+        }
+        let out = cmd.output().expect("vcdn CLI runs");
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -197,22 +202,22 @@ impl Up {
         if !token.is_empty() {
             h.push(("Authorization", auth.as_str()));
         }
-        let r = client::request(
-            self.api,
-            method,
-            path,
-            &h,
-            body.as_bytes(),
-            Duration::from_secs(30),
-        )
-        .await
-        .expect("API answers");
+        let r = self
+            .api_client()
+            .request(method, path, &h, body.as_bytes())
+            .await
+            .expect("API answers");
         let ct = r.header("content-type").unwrap_or("").to_string();
         (
             r.status(),
             serde_json::from_slice(&r.body).unwrap_or(Value::Null),
             ct,
         )
+    }
+
+    /// The API over HTTPS, trusting the fingerprint in the data directory.
+    fn api_client(&self) -> Api {
+        Api::of(self.api, &self.dir)
     }
 
     async fn service(&self, id: &str) -> Value {
@@ -654,9 +659,7 @@ async fn the_api_keeps_customers_apart_and_explains_errors() {
     );
 
     // Metrics.
-    let r = client::request(up.api, "GET", "/metrics", &[], b"", Duration::from_secs(5))
-        .await
-        .unwrap();
+    let r = up.api_client().get("/metrics").await;
     assert!(
         r.text()
             .contains("vcdn_control_services{state=\"active\"} 2"),
@@ -867,9 +870,7 @@ async fn postgresql_keeps_the_state_across_a_restart() {
     let pg = Postgres::start("control-pg");
     let url = format!("postgresql://postgres@127.0.0.1:{}/vcdn", pg.port);
     let mut up = Up::start("control-postgres", &["--database-url", &url]);
-    let r = client::request(up.api, "GET", "/healthz", &[], b"", Duration::from_secs(5))
-        .await
-        .unwrap();
+    let r = up.api_client().get("/healthz").await;
     assert!(r.text().contains("postgresql"), "{}", r.text());
     let spec = json!({"name": "pg", "origin": up.origin_url(), "hostname": "pg.example", "flavor": "elastic", "regions": [{"region": "lyon", "peak_users": 100}]});
     let (st, s, _) = up.call(&up.key(), "POST", "/v1/services", Some(spec)).await;
@@ -987,7 +988,9 @@ async fn players_report_their_mos_and_the_service_scales_out() {
         .args(["--url", &format!("http://{cache}/dash/vod/t/manifest.mpd")])
         .args([
             "--qoe-to",
-            &format!("http://{}/v1/services/pq/qoe", up.api),
+            &format!("{}/v1/services/pq/qoe", up.api_client().url),
+            "--qoe-fingerprint",
+            &up.api_client().fingerprint(&up.dir).unwrap(),
             "--qoe-token",
             &key,
             "--qoe-region",
@@ -1109,17 +1112,34 @@ fn now_s() -> u64 {
 
 /// A request to `api` sent from the loopback address `source`: status and
 /// Retry-After.
-async fn call_from(api: SocketAddr, source: &str, auth: &str, path: &str) -> (u16, Option<u64>) {
+async fn call_from(api: &Api, source: &str, auth: &str, path: &str) -> (u16, Option<u64>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use vcdn_http::tls::{self, tokio_rustls};
+    let addr: SocketAddr = api.url.split("://").nth(1).unwrap().parse().unwrap();
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.bind(format!("{source}:0").parse().unwrap()).unwrap();
-    let mut s = sock.connect(api).await.expect("connect");
+    let s = sock.connect(addr).await.expect("connect");
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: api\r\nAuthorization: {auth}\r\nConnection: close\r\n\r\n"
     );
-    s.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+    let exchange = async {
+        if api.url.starts_with("https://") {
+            let cfg = tls::client_config(&api.trust, &[]).unwrap();
+            let name = tls::rustls::pki_types::ServerName::from(addr.ip());
+            let mut s = tokio_rustls::TlsConnector::from(cfg)
+                .connect(name, s)
+                .await
+                .expect("TLS handshake");
+            s.write_all(req.as_bytes()).await.unwrap();
+            s.read_to_end(&mut out).await
+        } else {
+            let mut s = s;
+            s.write_all(req.as_bytes()).await.unwrap();
+            s.read_to_end(&mut out).await
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), exchange)
         .await
         .expect("answer in time")
         .unwrap();
@@ -1217,28 +1237,44 @@ async fn any_case_bearer_works_and_failed_tokens_are_throttled_per_source() {
     let up = Up::start("control-auth", &[]);
     // RFC 9110 §11.1: the scheme is case-insensitive.
     for scheme in ["Bearer", "bearer", "BEARER"] {
-        let (st, _) = call_from(up.api, "127.0.0.1", &format!("{scheme} {OP}"), "/v1/hosts").await;
+        let (st, _) = call_from(
+            &up.api_client(),
+            "127.0.0.1",
+            &format!("{scheme} {OP}"),
+            "/v1/hosts",
+        )
+        .await;
         assert_eq!(st, 200, "{scheme}");
     }
     // Ten wrong tokens from one source: 401 each; then 429 with Retry-After,
     // even with the right token (a throttled source cannot test guesses).
     for i in 0..10 {
-        let (st, _) = call_from(up.api, "127.0.0.77", "Bearer guess", "/v1/hosts").await;
+        let (st, _) = call_from(&up.api_client(), "127.0.0.77", "Bearer guess", "/v1/hosts").await;
         assert_eq!(st, 401, "attempt {i}");
     }
-    let (st, retry) = call_from(up.api, "127.0.0.77", "Bearer guess", "/v1/hosts").await;
+    let (st, retry) = call_from(&up.api_client(), "127.0.0.77", "Bearer guess", "/v1/hosts").await;
     assert_eq!(st, 429);
     assert!(retry.is_some_and(|s| (1..=60).contains(&s)), "{retry:?}");
-    let (st, _) = call_from(up.api, "127.0.0.77", &format!("Bearer {OP}"), "/v1/hosts").await;
+    let (st, _) = call_from(
+        &up.api_client(),
+        "127.0.0.77",
+        &format!("Bearer {OP}"),
+        "/v1/hosts",
+    )
+    .await;
     assert_eq!(st, 429);
     // Another source is not affected, neither with the right token nor a wrong one.
-    let (st, _) = call_from(up.api, "127.0.0.78", &format!("Bearer {OP}"), "/v1/hosts").await;
+    let (st, _) = call_from(
+        &up.api_client(),
+        "127.0.0.78",
+        &format!("Bearer {OP}"),
+        "/v1/hosts",
+    )
+    .await;
     assert_eq!(st, 200);
-    let (st, _) = call_from(up.api, "127.0.0.78", "Bearer guess", "/v1/hosts").await;
+    let (st, _) = call_from(&up.api_client(), "127.0.0.78", "Bearer guess", "/v1/hosts").await;
     assert_eq!(st, 401);
-    let r = client::request(up.api, "GET", "/metrics", &[], b"", Duration::from_secs(5))
-        .await
-        .unwrap();
+    let r = up.api_client().get("/metrics").await;
     assert!(
         r.text().contains("vcdn_control_auth_failures_total 11")
             && r.text().contains("vcdn_control_auth_throttled_total 2"),
@@ -1576,13 +1612,12 @@ async fn a_postgresql_store_emptied_while_running_is_reported_and_not_started_af
     let pg = Postgres::start("control-pg-lost-db");
     let url = format!("postgresql://postgres@127.0.0.1:{}/vcdn", pg.port);
     let mut up = Up::start("control-pg-lost", &["--database-url", &url]);
-    let healthz = |api| async move {
-        let r = client::request(api, "GET", "/healthz", &[], b"", Duration::from_secs(5))
-            .await
-            .unwrap();
+    let api = up.api_client();
+    let healthz = || async {
+        let r = api.get("/healthz").await;
         (r.status(), r.text())
     };
-    assert_eq!(healthz(up.api).await.0, 200);
+    assert_eq!(healthz().await.0, 200);
     // Someone empties the database under the running control plane.
     let out = Command::new(pg.bin.join("psql"))
         .args([
@@ -1603,7 +1638,7 @@ async fn a_postgresql_store_emptied_while_running_is_reported_and_not_started_af
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (st, text) = healthz(up.api).await;
+    let (st, text) = healthz().await;
     assert_eq!(st, 503, "{text}");
     assert!(text.contains("emptied or replaced"), "{text}");
     let (st, v, ct) = up

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::eventually;
-use support::up::{caches, call, Up, OP};
+use support::up::{caches, call, Api, Up, OP};
 use vcdn_http::client;
 
 fn live(s: &Value) -> bool {
@@ -200,9 +200,9 @@ async fn killing_the_control_plane_mid_order_leaves_no_stray_and_no_mixup() {
                     ),
                 )
             };
-            let (api, key) = (up.api, key.clone());
+            let (api, key) = (up.api_client(), key.clone());
             calls.push(tokio::spawn(async move {
-                let _ = call(api, &key, method, &path, body).await;
+                let _ = call(&api, &key, method, &path, body).await;
             }));
         }
         tokio::time::sleep(Duration::from_millis(rng.below(40))).await;
@@ -369,10 +369,8 @@ async fn an_impostor_on_an_instance_address_is_a_conflict_and_relaunches_back_of
     assert_eq!(h["upstream"].as_str(), Some(origin.as_str()), "{h}");
 }
 
-async fn healthz(api: SocketAddr) -> (u16, Value) {
-    let r = client::request(api, "GET", "/healthz", &[], b"", Duration::from_secs(5))
-        .await
-        .expect("API answers");
+async fn healthz(api: &Api) -> (u16, Value) {
+    let r = api.get("/healthz").await;
     (
         r.status(),
         serde_json::from_slice(&r.body).unwrap_or(Value::Null),
@@ -389,31 +387,31 @@ async fn a_store_removed_while_running_is_reported_and_not_started_afresh() {
         .call(&key, "POST", "/v1/services", Some(spec("first")))
         .await;
     assert_eq!(st, 201, "{s}");
-    assert_eq!(healthz(up.api).await.0, 200);
+    assert_eq!(healthz(&up.api_client()).await.0, 200);
 
     // The unlucky operator removes the SQLite files while vcdn up runs.
     for f in ["vcdn.sqlite", "vcdn.sqlite-wal", "vcdn.sqlite-shm"] {
         let _ = std::fs::remove_file(up.dir.join(f));
     }
-    let (st, h) = healthz(up.api).await;
+    let (st, h) = healthz(&up.api_client()).await;
     assert_eq!(st, 503, "{h}");
     assert!(h["reason"].as_str().unwrap().contains("removed"), "{h}");
     // Orders are refused with a problem document that says why, by the
     // operator too (whose token needs no store).
     for token in [key.as_str(), OP] {
-        let r = client::request(
-            up.api,
-            "POST",
-            "/v1/customers",
-            &[
-                ("Authorization", &format!("Bearer {token}")),
-                ("Content-Type", "application/json"),
-            ],
-            br#"{"name": "late"}"#,
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
+        let r = up
+            .api_client()
+            .request(
+                "POST",
+                "/v1/customers",
+                &[
+                    ("Authorization", &format!("Bearer {token}")),
+                    ("Content-Type", "application/json"),
+                ],
+                br#"{"name": "late"}"#,
+            )
+            .await
+            .unwrap();
         assert_eq!(r.status(), 503, "{}", r.text());
         assert_eq!(r.header("content-type"), Some("application/problem+json"));
         assert!(r.text().contains("store is unavailable"), "{}", r.text());
@@ -465,7 +463,7 @@ async fn a_store_removed_while_running_is_reported_and_not_started_afresh() {
     // are stopped.
     up.extra = vec!["--reinitialise-store".into()];
     up.launch().expect("vcdn up starts afresh when told to");
-    assert_eq!(healthz(up.api).await.0, 200);
+    assert_eq!(healthz(&up.api_client()).await.0, 200);
     assert!(
         eventually(5, || async { caches(up.instance_port).is_empty() }).await,
         "{:?}",

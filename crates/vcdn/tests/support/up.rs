@@ -7,7 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vcdn_http::client;
+use vcdn_http::client::{self, ClientResponse};
+use vcdn_http::tls::Trust;
 
 use super::{tempdir, TempDir};
 
@@ -44,6 +45,8 @@ pub struct Up {
     pub extra: Vec<String>,
     /// Started once with `--demo` (the demo customer and its key file).
     pub started: bool,
+    /// What the last start printed, up to the `export VCDN_API=…` line.
+    pub greeting: Vec<String>,
 }
 
 impl Drop for Up {
@@ -119,6 +122,7 @@ impl Up {
             ports: [free_port(), free_port(), free_port(), free_port()],
             extra: extra.iter().map(|s| s.to_string()).collect(),
             started: false,
+            greeting: Vec::new(),
         };
         up.launch().expect("vcdn up starts");
         up
@@ -172,10 +176,14 @@ impl Up {
             let _ = etx.send(s);
         });
         let deadline = Instant::now() + Duration::from_secs(20);
+        self.greeting.clear();
         loop {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(l) if l.contains("Order a first vCDN") => break,
-                Ok(_) => {}
+                Ok(l) if l.contains("export VCDN_API=") => {
+                    self.greeting.push(l);
+                    break;
+                }
+                Ok(l) => self.greeting.push(l),
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                     let _ = child.wait();
                     return Err(erx.recv_timeout(Duration::from_secs(5)).unwrap_or_default());
@@ -225,6 +233,12 @@ impl Up {
             .to_string()
     }
 
+    /// The API as its clients reach it: HTTPS trusting the fingerprint
+    /// `vcdn up` wrote in the data directory (plain HTTP when started so).
+    pub fn api_client(&self) -> Api {
+        Api::of(self.api, &self.dir)
+    }
+
     pub async fn call(
         &self,
         token: &str,
@@ -232,7 +246,7 @@ impl Up {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        call(self.api, token, method, path, body)
+        call(&self.api_client(), token, method, path, body)
             .await
             .expect("API answers")
     }
@@ -244,8 +258,67 @@ impl Up {
     }
 }
 
+/// A control API's URL and whom its clients trust.
+#[derive(Clone, Debug)]
+pub struct Api {
+    pub url: String,
+    pub trust: Trust,
+}
+
+impl Api {
+    /// `vcdn up`'s API on `addr` with data directory `dir`: HTTPS pinned to
+    /// `DIR/api.fingerprint`, or plain HTTP if it wrote none.
+    pub fn of(addr: SocketAddr, dir: &std::path::Path) -> Api {
+        match std::fs::read_to_string(dir.join("api.fingerprint")) {
+            Ok(fp) => Api {
+                url: format!("https://{addr}"),
+                trust: Trust::Fingerprint(
+                    vcdn_http::tls::parse_fingerprint(&fp).expect("api.fingerprint is one"),
+                ),
+            },
+            Err(_) => Api {
+                url: format!("http://{addr}"),
+                trust: Trust::System,
+            },
+        }
+    }
+
+    /// The fingerprint to export as VCDN_API_FINGERPRINT, if HTTPS.
+    pub fn fingerprint(&self, dir: &std::path::Path) -> Option<String> {
+        std::fs::read_to_string(dir.join("api.fingerprint"))
+            .ok()
+            .map(|f| f.trim().to_string())
+    }
+
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<ClientResponse, client::ClientError> {
+        client::request_url(
+            &self.url,
+            &self.trust,
+            method,
+            path,
+            headers,
+            body,
+            Duration::from_secs(30),
+        )
+        .await
+    }
+
+    /// A GET without credentials (/healthz, /metrics).
+    pub async fn get(&self, path: &str) -> ClientResponse {
+        self.request("GET", path, &[], b"")
+            .await
+            .expect("API answers")
+    }
+}
+
 pub async fn call(
-    api: SocketAddr,
+    api: &Api,
     token: &str,
     method: &str,
     path: &str,
@@ -253,19 +326,18 @@ pub async fn call(
 ) -> Result<(u16, Value), String> {
     let auth = format!("Bearer {token}");
     let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let r = client::request(
-        api,
-        method,
-        path,
-        &[
-            ("Content-Type", "application/json"),
-            ("Authorization", &auth),
-        ],
-        body.as_bytes(),
-        Duration::from_secs(10),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let r = api
+        .request(
+            method,
+            path,
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            body.as_bytes(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
     Ok((
         r.status(),
         serde_json::from_slice(&r.body).unwrap_or(Value::Null),
