@@ -77,10 +77,11 @@ else
   "$V" calibrate --cpus "$SHARE" --vcpu-share "$SHARE" --seconds 5 --video-seconds 32 --out "$TMP/capacity.toml" >&2
 fi
 DNS=127.0.0.1:$((PORT + 1))
+# The API in plain HTTP (--plain-http, loopback only): the script talks to it with curl.
 "$V" up --demo --data-dir "$TMP/data" --api "$API" --dns "$DNS" --http "127.0.0.1:$((PORT + 2))" \
   --router-admin "127.0.0.1:$((PORT + 3))" --demo-origin "127.0.0.1:$((PORT + 4))" --instance-port "$IPORT" \
   --instance-admin-port "$((PORT + 61))" --operator-token elasticity-operator-token-0123456789ab --vcpu-share "$SHARE" \
-  --capacity-model "$TMP/capacity.toml" >"$TMP/up.log" 2>&1 &
+  --capacity-model "$TMP/capacity.toml" --plain-http >"$TMP/up.log" 2>&1 &
 UP=$!
 for _ in $(seq 200); do grep -q "Order a first vCDN" "$TMP/up.log" && break; sleep 0.05; done
 KEY=$(cat "$TMP/data/demo-customer-key")

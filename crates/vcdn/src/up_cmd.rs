@@ -38,10 +38,11 @@ pub struct UpArgs {
     /// Port of every cache instance's control API.
     #[arg(long, default_value_t = 9080)]
     instance_admin_port: u16,
-    /// Port every cache instance serves HTTPS on (with its service's
-    /// certificate, uploaded or issued by the internal CA) [default: HTTP only].
-    #[arg(long)]
-    instance_tls_port: Option<u16>,
+    /// Port every cache instance serves HTTPS (HTTP/1.1 and HTTP/2) on,
+    /// with its service's certificate, uploaded or issued by the internal
+    /// CA; 0: caches serve plain HTTP only.
+    #[arg(long, default_value_t = 8443)]
+    instance_tls_port: u16,
     /// CPU time one instance vCPU gets on this host (a test bed emulates
     /// small vCPUs with a fraction; calibrate with the same share).
     #[arg(long, default_value_t = 1.0, env = "VCDN_VCPU_SHARE")]
@@ -114,7 +115,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
             cache_binary: std::env::current_exe().map_err(|e| format!("cannot find the vcdn binary: {e}"))?,
             instance_port: a.instance_port,
             admin_port: a.instance_admin_port,
-            instance_tls_port: a.instance_tls_port,
+            instance_tls_port: (a.instance_tls_port != 0).then_some(a.instance_tls_port),
             vcpu_share: a.vcpu_share,
             reinitialise_store: a.reinitialise_store,
             api_tls: match (&a.tls_cert, &a.tls_key, a.plain_http) {

@@ -28,6 +28,7 @@ struct Up {
     dns: SocketAddr,
     origin: SocketAddr,
     instance_port: u16,
+    instance_tls_port: u16,
     extra: Vec<String>,
 }
 
@@ -81,6 +82,7 @@ impl Up {
             dns: SocketAddr::from(([127, 0, 0, 1], free_port())),
             origin: SocketAddr::from(([127, 0, 0, 1], free_port())),
             instance_port: free_port(),
+            instance_tls_port: free_port(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         up.launch();
@@ -115,6 +117,8 @@ impl Up {
             .args([
                 "--instance-port",
                 &self.instance_port.to_string(),
+                "--instance-tls-port",
+                &self.instance_tls_port.to_string(),
                 "--instance-admin-port",
                 &free_port().to_string(),
             ])

@@ -669,3 +669,96 @@ async fn a_router_serves_its_admin_api_over_https_with_the_operators_certificate
         "{err}"
     );
 }
+
+/// curl to a cache's HTTPS port as a browser would reach the service:
+/// `--resolve` maps the service's hostname to the instance, `ca` is the
+/// trust anchor. Returns (exit ok, stdout+stderr with `-v`).
+fn curl_https(host: &str, addr: &str, ca: &std::path::Path, extra: &[&str]) -> (bool, String) {
+    let (ip, port) = addr.rsplit_once(':').unwrap();
+    let out = Command::new("curl")
+        .args(["-sv", "--max-time", "5", "--cacert"])
+        .arg(ca)
+        .args(["--resolve", &format!("{host}:{port}:{ip}")])
+        .args(extra)
+        .arg(format!("https://{host}:{port}/size/4096"))
+        .output()
+        .expect("curl runs");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The whole path: a service ordered from `vcdn up` is served by its cache
+/// over HTTPS (HTTP/1.1 and HTTP/2) with the certificate the internal CA
+/// issued, pushed by the control plane; a certificate the customer uploads
+/// then reaches the running cache (same process) and new connections use it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_is_served_over_https_with_its_certificate_pushed_to_the_running_cache() {
+    let up = Up::start("tls-e2e", &[]);
+    let key = up.demo_key();
+    let host = "video.e2e.example";
+    let (st, s) = up
+        .call(
+            &key,
+            "POST",
+            "/v1/services",
+            Some(
+                json!({"name": "e2e", "origin": format!("http://{}", up.origin), "hostname": host,
+                "flavor": "static", "regions": [{"region": "paris"}]}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    assert!(
+        eventually(20, || async {
+            support::up::caches(up.instance_port)
+                .iter()
+                .any(|c| c.flags.contains_key("--tls-listen"))
+        })
+        .await,
+        "no cache with a TLS listener started"
+    );
+    let cache = &support::up::caches(up.instance_port)[0];
+    let tls_addr = cache.flags["--tls-listen"].clone();
+    let pid = cache.pid;
+    let internal_ca = up.dir.join("ca.crt");
+
+    // The internal CA's certificate arrives by push; then MISS, HIT, and HTTP/2.
+    assert!(
+        eventually(20, || async {
+            curl_https(host, &tls_addr, &internal_ca, &["--http1.1"]).0
+        })
+        .await,
+        "{}",
+        curl_https(host, &tls_addr, &internal_ca, &["--http1.1"]).1
+    );
+    let (ok, v) = curl_https(host, &tls_addr, &internal_ca, &["--http1.1"]);
+    assert!(ok && v.contains("vcdn internal CA"), "{v}");
+    assert!(v.to_ascii_lowercase().contains("x-cache: hit"), "{v}");
+    let (ok, v) = curl_https(host, &tls_addr, &internal_ca, &["--http2"]);
+    assert!(ok && v.contains("HTTP/2 200"), "{v}");
+
+    // The customer's own certificate: pushed to the same cache process.
+    let test_ca = tls::Ca::create("customer e2e CA", 5).unwrap();
+    let ca_file = up.dir.join("customer-ca.pem");
+    std::fs::write(&ca_file, &test_ca.cert_pem).unwrap();
+    let (st, v, _) = put_cert(&up, &key, &id, &body_for(&test_ca, host)).await;
+    assert_eq!(st, 200, "{v}");
+    assert!(
+        eventually(20, || async {
+            curl_https(host, &tls_addr, &ca_file, &["--http2"]).0
+        })
+        .await,
+        "{}",
+        curl_https(host, &tls_addr, &ca_file, &["--http2"]).1
+    );
+    // The internal CA's certificate is no longer served.
+    assert!(!curl_https(host, &tls_addr, &internal_ca, &[]).0);
+    assert_eq!(support::up::caches(up.instance_port)[0].pid, pid);
+}

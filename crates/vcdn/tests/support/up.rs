@@ -41,6 +41,7 @@ pub struct Up {
     pub api: SocketAddr,
     pub origin: SocketAddr,
     pub instance_port: u16,
+    pub instance_tls_port: u16,
     pub ports: [u16; 4],
     pub extra: Vec<String>,
     /// Started once with `--demo` (the demo customer and its key file).
@@ -119,6 +120,7 @@ impl Up {
             api: SocketAddr::from(([127, 0, 0, 1], free_port())),
             origin: SocketAddr::from(([127, 0, 0, 1], free_port())),
             instance_port: free_port(),
+            instance_tls_port: free_port(),
             ports: [free_port(), free_port(), free_port(), free_port()],
             extra: extra.iter().map(|s| s.to_string()).collect(),
             started: false,
@@ -153,6 +155,7 @@ impl Up {
                 ]
             })
             .args(["--instance-port", &self.instance_port.to_string()])
+            .args(["--instance-tls-port", &self.instance_tls_port.to_string()])
             .args(["--instance-admin-port", &admin.to_string()])
             .args(&self.extra)
             .env("VCDN_LOG", "warn")
