@@ -24,6 +24,7 @@ pub mod config;
 pub mod ctl;
 pub mod fetch;
 pub mod fill;
+pub mod interim;
 pub mod key;
 pub mod metrics;
 pub mod object;
