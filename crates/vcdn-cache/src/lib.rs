@@ -28,6 +28,7 @@ pub mod ctl;
 pub mod fetch;
 pub mod fill;
 mod h2front;
+pub mod interim;
 pub mod key;
 pub mod metrics;
 pub mod object;

@@ -7,17 +7,26 @@
 use bytes::Bytes;
 use vcdn_http::{date, Headers};
 
-/// Cache-Control directives a shared cache acts on. Unknown ones are ignored.
+/// Cache-Control directives a shared cache acts on. Unknown ones are ignored
+/// (RFC 9111 §5.2.3).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Directives {
     pub max_age: Option<u64>,
     pub s_maxage: Option<u64>,
     pub no_store: bool,
+    /// Also set by the qualified form `no-cache="field"`, which this cache
+    /// treats as unqualified (RFC 9111 §5.2.2.4 notes this is common; it is
+    /// stricter than the qualified meaning, so always correct).
     pub no_cache: bool,
+    /// Also set by `private="field"` (RFC 9111 §5.2.2.7): the response is
+    /// then not stored at all, which the qualified form allows.
     pub private: bool,
     pub public: bool,
     pub must_revalidate: bool,
     pub proxy_revalidate: bool,
+    /// RFC 9111 §5.2.2.3: lets a cache that understands the status code
+    /// ignore `no-store`, and forbids storing one it does not understand.
+    pub must_understand: bool,
     pub stale_while_revalidate: Option<u64>,
     pub stale_if_error: Option<u64>,
     /// Request only: answer from the cache or 504.
@@ -28,8 +37,21 @@ pub struct Directives {
     pub min_fresh: Option<u64>,
 }
 
-/// Parse every value of a Cache-Control-like field. Directive names are
-/// case-insensitive; quoted arguments may contain commas.
+/// delta-seconds larger than any a cache needs are this (RFC 9111 §1.2.2).
+pub const DELTA_MAX: u64 = 1 << 31;
+
+/// Parse every value of a Cache-Control field (RFC 9111 §5.2). Directive
+/// names are case-insensitive; arguments are accepted as token or
+/// quoted-string (`max-age="60"`: senders SHOULD NOT, recipients accept);
+/// quoted arguments may contain commas. When a directive appears more than
+/// once (RFC 9111 §4.2.1): the freshness lifetimes `max-age` and `s-maxage`
+/// with different values make the response stale (lifetime 0), and an
+/// invalid one (`max-age=abc`, `max-age=-1`, `max-age=1.5`) does too;
+/// otherwise the most restrictive value is kept (the shortest
+/// stale-while-revalidate, stale-if-error and max-stale, the longest
+/// min-fresh). A directive with a malformed argument that has no
+/// conservative reading (`max-stale=abc`, `min-fresh=x`,
+/// `stale-while-revalidate=x`) is ignored.
 pub fn parse_directives<'a>(values: impl Iterator<Item = &'a Bytes>) -> Directives {
     let mut d = Directives::default();
     for v in values {
@@ -42,26 +64,60 @@ pub fn parse_directives<'a>(values: impl Iterator<Item = &'a Bytes>) -> Directiv
             let secs = || arg.and_then(parse_delta);
             let lower = name.to_ascii_lowercase();
             match &lower[..] {
-                b"max-age" => d.max_age = d.max_age.or(Some(secs().unwrap_or(0))),
-                b"s-maxage" => d.s_maxage = d.s_maxage.or(Some(secs().unwrap_or(0))),
+                b"max-age" => lifetime(&mut d.max_age, secs()),
+                b"s-maxage" => lifetime(&mut d.s_maxage, secs()),
                 b"no-store" => d.no_store = true,
-                // A qualified no-cache="field" is treated as unqualified:
-                // stricter, and always correct.
                 b"no-cache" => d.no_cache = true,
                 b"private" => d.private = true,
                 b"public" => d.public = true,
                 b"must-revalidate" => d.must_revalidate = true,
                 b"proxy-revalidate" => d.proxy_revalidate = true,
-                b"stale-while-revalidate" => d.stale_while_revalidate = secs(),
-                b"stale-if-error" => d.stale_if_error = secs(),
+                b"must-understand" => d.must_understand = true,
+                b"stale-while-revalidate" => shortest(&mut d.stale_while_revalidate, secs()),
+                b"stale-if-error" => shortest(&mut d.stale_if_error, secs()),
                 b"only-if-cached" => d.only_if_cached = true,
-                b"max-stale" => d.max_stale = Some(secs().unwrap_or(u64::MAX)),
-                b"min-fresh" => d.min_fresh = secs(),
+                // Without an argument: any staleness (§5.2.1.2).
+                b"max-stale" => match arg {
+                    None => shortest(&mut d.max_stale, Some(u64::MAX)),
+                    Some(_) => shortest(&mut d.max_stale, secs()),
+                },
+                b"min-fresh" => {
+                    if let Some(s) = secs() {
+                        d.min_fresh = Some(d.min_fresh.map_or(s, |m| m.max(s)));
+                    }
+                }
                 _ => {}
             }
         }
     }
     d
+}
+
+/// A freshness lifetime seen once more: invalid, or different from the
+/// one seen before, means stale (RFC 9111 §4.2.1).
+fn lifetime(slot: &mut Option<u64>, value: Option<u64>) {
+    *slot = match (*slot, value) {
+        (None, Some(v)) => Some(v),
+        (Some(old), Some(v)) if old == v => Some(v),
+        _ => Some(0),
+    };
+}
+
+/// Keep the smallest valid value; an invalid one is ignored.
+fn shortest(slot: &mut Option<u64>, value: Option<u64>) {
+    if let Some(v) = value {
+        *slot = Some(slot.map_or(v, |old| old.min(v)));
+    }
+}
+
+/// The Age field (RFC 9111 §5.1): a non-negative integer of seconds. A
+/// list-based value (`Age: 10, 20`, or several field lines) is read as
+/// its first member; a value that is then invalid (`-1`, `1.5`, `abc`,
+/// empty) is ignored (None); a very large one is 2^31 (§1.2.2).
+pub fn parse_age<'a>(mut values: impl Iterator<Item = &'a Bytes>) -> Option<u64> {
+    let first = values.next()?;
+    let member = first.split(|&c| c == b',').next().unwrap_or_default();
+    parse_delta(trim(member))
 }
 
 fn split_quoted(v: &[u8]) -> Vec<&[u8]> {
@@ -98,7 +154,8 @@ fn unquote(v: &[u8]) -> &[u8] {
     }
 }
 
-/// delta-seconds; values beyond 2^31 are capped there (RFC 9111 §1.2.2).
+/// delta-seconds (1*DIGIT); values beyond 2^31 are capped there (RFC 9111
+/// §1.2.2).
 fn parse_delta(v: &[u8]) -> Option<u64> {
     if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
         return None;
@@ -109,7 +166,7 @@ fn parse_delta(v: &[u8]) -> Option<u64> {
                 n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
             })
             .unwrap_or(u64::MAX)
-            .min(1 << 31),
+            .min(DELTA_MAX),
     )
 }
 
@@ -165,15 +222,108 @@ fn heuristically_cacheable(status: u16) -> bool {
     )
 }
 
-/// The directives that govern a response: the first targeted field present
-/// (e.g. CDN-Cache-Control), otherwise Cache-Control.
-pub fn response_directives(headers: &Headers, cfg: &PolicyConfig) -> Directives {
+/// The directives that govern a response, and whether they came from a
+/// targeted field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Governing {
+    pub directives: Directives,
+    /// From a targeted field (RFC 9213): Cache-Control and Expires are
+    /// then ignored.
+    pub targeted: bool,
+}
+
+/// The directives that govern a response (RFC 9213 §2.2): those of the
+/// first targeted field (e.g. CDN-Cache-Control), in the operator's order,
+/// with a valid, non-empty value; otherwise Cache-Control.
+pub fn response_directives(headers: &Headers, cfg: &PolicyConfig) -> Governing {
     for field in &cfg.targeted_fields {
-        if headers.contains(field) {
-            return parse_directives(headers.get_all(field));
+        if let Some(directives) = targeted_directives(headers.get_all(field)) {
+            return Governing {
+                directives,
+                targeted: true,
+            };
         }
     }
-    parse_directives(headers.get_all(b"cache-control"))
+    Governing {
+        directives: parse_directives(headers.get_all(b"cache-control")),
+        targeted: false,
+    }
+}
+
+/// Read a targeted field (RFC 9213 §2.1): its field lines are one
+/// Structured Fields Dictionary (RFC 8941), each member a cache directive
+/// with the Cache-Control meaning and the type that meaning implies:
+/// delta-seconds directives are non-negative Integers, the others Booleans
+/// (`no-store=?0` is false), and `no-cache`/`private` may also carry field
+/// names (a String, Token or Inner List: the qualified form, treated as
+/// unqualified as in Cache-Control). A member of the wrong type
+/// (`max-age="60"`, `max-age=1.5`, `max-age=-1`, `no-store=1`) is invalid
+/// and ignored ("SHOULD NOT consume values that violate these inferred
+/// constraints"); parameters are ignored; unknown directives are valid and
+/// ignored (RFC 9213 §3.1's `CDN-Cache-Control: none`).
+///
+/// None, and the field is ignored as if absent (§2.1), when it does not
+/// parse as a Dictionary, is empty, or has no valid member: a field whose
+/// only directive is of the wrong type is not a "valid, non-empty value"
+/// (§2.2), so Cache-Control governs.
+pub fn targeted_directives<'a>(values: impl Iterator<Item = &'a Bytes>) -> Option<Directives> {
+    use vcdn_http::sf::{self, BareItem, Member};
+    let dict = sf::parse_dictionary_lines(values.map(|v| &v[..])).ok()?;
+    let mut d = Directives::default();
+    let mut valid = 0;
+    for (key, member) in dict.iter() {
+        let bare = member.bare();
+        let flag = |slot: &mut bool| match bare {
+            Some(BareItem::Boolean(b)) => {
+                *slot = *b;
+                true
+            }
+            _ => false,
+        };
+        let qualified = |slot: &mut bool| match (bare, member) {
+            (Some(BareItem::Boolean(b)), _) => {
+                *slot = *b;
+                true
+            }
+            (Some(BareItem::String(_) | BareItem::Token(_)), _) | (None, Member::InnerList(..)) => {
+                *slot = true;
+                true
+            }
+            _ => false,
+        };
+        let secs = |slot: &mut Option<u64>| match bare {
+            Some(BareItem::Integer(i)) if *i >= 0 => {
+                *slot = Some((*i as u64).min(DELTA_MAX));
+                true
+            }
+            _ => false,
+        };
+        let ok = match key {
+            "max-age" => secs(&mut d.max_age),
+            "s-maxage" => secs(&mut d.s_maxage),
+            "stale-while-revalidate" => secs(&mut d.stale_while_revalidate),
+            "stale-if-error" => secs(&mut d.stale_if_error),
+            "no-store" => flag(&mut d.no_store),
+            "public" => flag(&mut d.public),
+            "must-revalidate" => flag(&mut d.must_revalidate),
+            "proxy-revalidate" => flag(&mut d.proxy_revalidate),
+            "must-understand" => flag(&mut d.must_understand),
+            "no-cache" => qualified(&mut d.no_cache),
+            "private" => qualified(&mut d.private),
+            // Unknown here (request directives included): valid, ignored.
+            _ => true,
+        };
+        if ok {
+            valid += 1;
+        }
+    }
+    (valid > 0).then_some(d)
+}
+
+/// Status codes whose caching rules this cache implements, for
+/// `must-understand` (RFC 9111 §5.2.2.3).
+fn understood(status: u16) -> bool {
+    heuristically_cacheable(status) || matches!(status, 302 | 303 | 307)
 }
 
 /// Decide storability and freshness of a response to a GET (RFC 9111 §3
@@ -185,10 +335,22 @@ pub fn freshness(
     cfg: &PolicyConfig,
 ) -> Freshness {
     let rq = parse_directives(request.get_all(b"cache-control"));
-    let cc = response_directives(response, cfg);
-    let explicit = cc.s_maxage.or(cc.max_age).or_else(|| {
-        response.get(b"expires").map(|e| {
-            // An invalid Expires means "already expired".
+    let governing = response_directives(response, cfg);
+    let cc = governing.directives;
+    // Expires counts only without max-age and s-maxage (RFC 9111 §5.3) and
+    // without a targeted field (RFC 9213 §2.2).
+    let expires = || {
+        if governing.targeted {
+            return None;
+        }
+        let mut lines = response.get_all(b"expires");
+        let e = lines.next()?;
+        // Several different values: stale (RFC 9111 §4.2.1).
+        if lines.any(|other| other != e) {
+            return Some(0);
+        }
+        // An invalid Expires means "already expired" (§5.3).
+        Some(
             match (
                 date::parse(e),
                 response.get(b"date").and_then(|d| date::parse(d)),
@@ -196,12 +358,21 @@ pub fn freshness(
                 (Some(exp), Some(d)) => exp.saturating_sub(d),
                 (Some(exp), None) => exp.saturating_sub(date::unix_now()),
                 _ => 0,
-            }
-        })
-    });
+            },
+        )
+    };
+    let explicit = cc.s_maxage.or(cc.max_age).or_else(expires);
     let authorized = request.contains(b"authorization");
+    // must-understand: no-store is ignored for a status code this cache
+    // understands, and a response with one it does not is not stored
+    // (RFC 9111 §3, §5.2.2.3).
+    let no_store = if cc.must_understand {
+        !understood(status)
+    } else {
+        cc.no_store
+    };
     let mut storable = !rq.no_store
-        && !cc.no_store
+        && !no_store
         && !cc.private
         && (explicit.is_some() || cc.public || heuristically_cacheable(status))
         && (!authorized || cc.public || cc.must_revalidate || cc.s_maxage.is_some())
@@ -252,10 +423,7 @@ pub fn initial_age(response: &Headers, request_time: u64, response_time: u64) ->
         .get(b"date")
         .and_then(|v| date::parse(v))
         .unwrap_or(response_time);
-    let age_value = response
-        .get(b"age")
-        .and_then(|v| parse_delta(v))
-        .unwrap_or(0);
+    let age_value = parse_age(response.get_all(b"age")).unwrap_or(0);
     let apparent = response_time.saturating_sub(date_value);
     let corrected = age_value + response_time.saturating_sub(request_time);
     apparent.max(corrected)
@@ -642,5 +810,276 @@ mod tests {
         let ir = |v: &str| resolve_range(&h(&[("range", "bytes=0-0"), ("if-range", v)]), &s, 100);
         assert_eq!(ir("\"e\""), RangeAnswer::Partial { start: 0, end: 0 });
         assert_eq!(ir("\"other\""), RangeAnswer::Full);
+    }
+
+    fn lifetime_of(cc: &[&str]) -> (bool, u64) {
+        let mut resp = Headers::new();
+        for v in cc {
+            resp.push(
+                Bytes::from_static(b"cache-control"),
+                Bytes::from(v.to_string()),
+            );
+        }
+        let f = freshness(&Headers::new(), 200, &resp, &PolicyConfig::default());
+        (f.storable, f.lifetime)
+    }
+
+    /// RFC 9111 §5.2: names case-insensitive, token or quoted-string
+    /// arguments, unknown directives ignored (§5.2.3).
+    #[test]
+    fn rfc9111_5_2_directive_syntax() {
+        assert_eq!(lifetime_of(&["MAX-AGE=60"]), (true, 60));
+        assert_eq!(lifetime_of(&["max-age=\"60\""]), (true, 60));
+        assert_eq!(
+            lifetime_of(&["foo=\"a, max-age=1\", max-age=10, bar"]),
+            (true, 10)
+        );
+        assert_eq!(lifetime_of(&["x-unknown=1, s-maxage=\"7\""]), (true, 7));
+    }
+
+    /// RFC 9111 §4.2.1: invalid freshness information is stale, and a
+    /// directive repeated with different values makes the response stale.
+    #[test]
+    fn rfc9111_4_2_1_invalid_or_conflicting_lifetimes_are_stale() {
+        for bad in [
+            "max-age=abc",
+            "max-age=-1",
+            "max-age=1.5",
+            "max-age=",
+            "max-age=60 60",
+        ] {
+            assert_eq!(lifetime_of(&[bad]), (true, 0), "{bad}");
+        }
+        assert_eq!(lifetime_of(&["max-age=60, max-age=30"]), (true, 0));
+        assert_eq!(lifetime_of(&["max-age=60", "max-age=30"]), (true, 0));
+        assert_eq!(lifetime_of(&["max-age=60", "Max-Age=60"]), (true, 60));
+        assert_eq!(lifetime_of(&["max-age=abc, max-age=60"]), (true, 0));
+        assert_eq!(
+            lifetime_of(&["s-maxage=10, s-maxage=20, max-age=99"]),
+            (true, 0)
+        );
+        // §1.2.2: too large a delta-seconds is 2^31.
+        assert_eq!(
+            lifetime_of(&["max-age=99999999999999999999"]),
+            (true, DELTA_MAX)
+        );
+        // Several different Expires lines: stale too.
+        let two = fresh(&[
+            ("date", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ("expires", "Sun, 06 Nov 1994 08:50:37 GMT"),
+            ("expires", "Sun, 06 Nov 1994 09:50:37 GMT"),
+        ]);
+        assert_eq!(two.lifetime, 0);
+        let same = fresh(&[
+            ("date", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ("expires", "Sun, 06 Nov 1994 08:50:37 GMT"),
+            ("expires", "Sun, 06 Nov 1994 08:50:37 GMT"),
+        ]);
+        assert_eq!(same.lifetime, 60);
+        // Most restrictive of repeated stale-* directives.
+        let f = fresh(&[(
+            "cache-control",
+            "max-age=1, stale-while-revalidate=50, stale-while-revalidate=5, stale-if-error=x",
+        )]);
+        assert_eq!((f.stale_while_revalidate, f.stale_if_error), (5, 0));
+    }
+
+    /// RFC 9111 §5.2.2.4 and §5.2.2.7: the qualified forms are handled as
+    /// the unqualified ones (revalidate on every use; not stored).
+    #[test]
+    fn rfc9111_5_2_2_qualified_no_cache_and_private() {
+        let nc = fresh(&[("cache-control", "no-cache=\"set-cookie\", max-age=60")]);
+        assert!(nc.storable && nc.no_cache);
+        let cfg = PolicyConfig::default();
+        assert!(matches!(
+            usable(&nc, 1, &Headers::new(), &cfg),
+            Usable::Revalidate { .. }
+        ));
+        assert!(!fresh(&[("cache-control", "private=\"set-cookie, x\", max-age=60")]).storable);
+        assert!(!fresh(&[("cache-control", "private=set-cookie, max-age=60")]).storable);
+    }
+
+    /// RFC 9111 §5.2.2.3 and §3: must-understand overrides no-store for a
+    /// status code the cache understands, and forbids storing others.
+    #[test]
+    fn rfc9111_5_2_2_3_must_understand() {
+        let cfg = PolicyConfig::default();
+        let r = h(&[("cache-control", "must-understand, no-store, max-age=60")]);
+        assert!(freshness(&Headers::new(), 200, &r, &cfg).storable);
+        assert!(!freshness(&Headers::new(), 299, &r, &cfg).storable);
+        let r = h(&[("cache-control", "must-understand, max-age=60")]);
+        assert!(!freshness(&Headers::new(), 418, &r, &cfg).storable);
+    }
+
+    /// RFC 9111 §5.2.1.2, §5.2.1.3: a malformed max-stale or min-fresh is
+    /// ignored (max-stale=abc is not "any staleness").
+    #[test]
+    fn rfc9111_5_2_1_malformed_request_directives_are_ignored() {
+        let cfg = PolicyConfig::default();
+        let f = fresh(&[("cache-control", "max-age=10")]);
+        let req = |v: &str| h(&[("cache-control", v)]);
+        assert_eq!(usable(&f, 50, &req("max-stale"), &cfg), Usable::Fresh);
+        assert_eq!(usable(&f, 50, &req("max-stale=100"), &cfg), Usable::Fresh);
+        assert!(matches!(
+            usable(&f, 50, &req("max-stale=abc"), &cfg),
+            Usable::Revalidate { .. }
+        ));
+        assert!(matches!(
+            usable(&f, 50, &req("max-stale=100, max-stale=5"), &cfg),
+            Usable::Revalidate { .. }
+        ));
+        assert_eq!(usable(&f, 5, &req("min-fresh=x"), &cfg), Usable::Fresh);
+        assert!(matches!(
+            usable(&f, 5, &req("min-fresh=8"), &cfg),
+            Usable::Revalidate { .. }
+        ));
+    }
+
+    /// RFC 9111 §5.1: Age is delta-seconds; a list is read as its first
+    /// member, an invalid value is ignored, a huge one is 2^31.
+    #[test]
+    fn rfc9111_5_1_age() {
+        let age = |vals: &[&str]| {
+            let hs: Vec<Bytes> = vals.iter().map(|v| Bytes::from(v.to_string())).collect();
+            parse_age(hs.iter())
+        };
+        assert_eq!(age(&["30"]), Some(30));
+        assert_eq!(age(&["10, 20"]), Some(10));
+        assert_eq!(age(&["10", "20"]), Some(10));
+        assert_eq!(age(&[" 7 "]), Some(7));
+        for bad in ["-1", "1.5", "abc", "", "1e3", "+5", "10 20"] {
+            assert_eq!(age(&[bad]), None, "{bad:?}");
+        }
+        assert_eq!(age(&["99999999999999999999999"]), Some(DELTA_MAX));
+        assert_eq!(age(&[]), None);
+        let t = 784111777;
+        let at = |a: &str| {
+            initial_age(
+                &h(&[("date", "Sun, 06 Nov 1994 08:49:37 GMT"), ("age", a)]),
+                t,
+                t + 2,
+            )
+        };
+        assert_eq!(at("30, 999"), 32);
+        assert_eq!(at("-1"), 2);
+        assert_eq!(at("1.5"), 2);
+        assert_eq!(at("99999999999999999999999"), DELTA_MAX + 2);
+    }
+
+    fn cdn(cdn_cc: &[&str], cc: &str) -> Freshness {
+        let mut resp = h(&[("cache-control", cc)]);
+        for v in cdn_cc {
+            resp.push(
+                Bytes::from_static(b"cdn-cache-control"),
+                Bytes::from(v.to_string()),
+            );
+        }
+        freshness(&Headers::new(), 200, &resp, &PolicyConfig::default())
+    }
+
+    /// RFC 9213 §2.1: a Structured Fields Dictionary; members of the wrong
+    /// type are ignored; a field that does not parse, is empty or has no
+    /// valid member is ignored and Cache-Control governs (§2.2).
+    #[test]
+    fn rfc9213_targeted_field_types() {
+        // Wrong types: the field has no valid member, Cache-Control governs.
+        for bad in [
+            "max-age=\"60\"",
+            "max-age=1.5",
+            "max-age=-1",
+            "max-age=:AA==:",
+            "max-age=(60)",
+        ] {
+            let f = cdn(&[bad], "max-age=5");
+            assert_eq!((f.storable, f.lifetime), (true, 5), "{bad}");
+        }
+        // Booleans: ?0 is false.
+        let f = cdn(&["no-store=?0, max-age=30"], "no-store");
+        assert_eq!((f.storable, f.lifetime), (true, 30));
+        assert!(!cdn(&["no-store=?1, max-age=30"], "max-age=5").storable);
+        assert!(!cdn(&["no-store, max-age=30"], "max-age=5").storable);
+        // A wrong-typed no-store is ignored, the valid max-age used.
+        let f = cdn(&["no-store=1, max-age=30"], "max-age=5");
+        assert_eq!((f.storable, f.lifetime), (true, 30));
+        // Parameters are ignored.
+        assert_eq!(cdn(&["max-age=30;foo=bar"], "max-age=5").lifetime, 30);
+        // Not a Dictionary: ignored as a whole.
+        for bad in [
+            "max-age=30,",
+            "Max-Age=30",
+            "max-age=30 s-maxage=2",
+            "max-age = 30",
+            "max-age=1234567890123456",
+        ] {
+            assert_eq!(cdn(&[bad], "max-age=5").lifetime, 5, "{bad}");
+        }
+        // Empty: ignored.
+        assert_eq!(cdn(&[""], "max-age=5").lifetime, 5);
+        // Several lines are one Dictionary; a later duplicate wins (RFC 8941).
+        assert_eq!(
+            cdn(&["max-age=10", "s-maxage=40"], "max-age=5").lifetime,
+            40
+        );
+        assert_eq!(cdn(&["max-age=10, max-age=20"], "max-age=5").lifetime, 20);
+        // Unknown directives are valid: Cache-Control is ignored (RFC 9213
+        // §3.1's "CDN-Cache-Control: none").
+        let f = cdn(&["none"], "no-store");
+        assert!(f.storable);
+        assert_eq!(f.lifetime, 0);
+        // Qualified private and no-cache.
+        assert!(!cdn(&["private=\"set-cookie\", max-age=30"], "max-age=5").storable);
+        assert!(cdn(&["no-cache=(\"a\" \"b\"), max-age=30"], "max-age=5").no_cache);
+        // Large values saturate at 2^31.
+        assert_eq!(
+            cdn(&["max-age=999999999999999"], "max-age=5").lifetime,
+            DELTA_MAX
+        );
+    }
+
+    /// RFC 9213 §2.2: with a targeted field in use, Expires is ignored too.
+    #[test]
+    fn rfc9213_targeted_field_ignores_expires() {
+        let f = fresh(&[
+            ("date", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ("expires", "Sun, 06 Nov 1994 09:49:37 GMT"),
+            ("cdn-cache-control", "public"),
+        ]);
+        assert!(f.storable);
+        assert_eq!(f.lifetime, 0);
+        // Without a valid targeted field, Expires counts.
+        let f = fresh(&[
+            ("date", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ("expires", "Sun, 06 Nov 1994 09:49:37 GMT"),
+            ("cdn-cache-control", "max-age=\"9\""),
+        ]);
+        assert_eq!(f.lifetime, 3600);
+    }
+
+    /// RFC 9213 §2.2: the first targeted field in the operator's list with a
+    /// valid value is used.
+    #[test]
+    fn rfc9213_target_list_order() {
+        let cfg = PolicyConfig {
+            targeted_fields: vec![
+                Bytes::from_static(b"vcdn-cache-control"),
+                Bytes::from_static(b"cdn-cache-control"),
+            ],
+            ..PolicyConfig::default()
+        };
+        let f = |fields: &[(&'static str, &str)]| {
+            freshness(&Headers::new(), 200, &h(fields), &cfg).lifetime
+        };
+        let both = [
+            ("cache-control", "max-age=5"),
+            ("cdn-cache-control", "max-age=20"),
+            ("vcdn-cache-control", "max-age=10"),
+        ];
+        assert_eq!(f(&both), 10);
+        let invalid_first = [
+            ("cache-control", "max-age=5"),
+            ("cdn-cache-control", "max-age=20"),
+            ("vcdn-cache-control", "max-age=10,"),
+        ];
+        assert_eq!(f(&invalid_first), 20);
     }
 }

@@ -16,6 +16,7 @@ use crate::body::Body;
 use crate::config::CacheConfig;
 use crate::fetch::{Fetch, FetchError, FetchReader, FetchedHead};
 use crate::fill::Fill;
+use crate::interim::InterimSink;
 use crate::key::{variant_key, vary_names, ObjectId};
 use crate::metrics::{CacheStatus, HitTally, Metrics};
 use crate::object::{CachedObject, ObjectParts, ObjectStats};
@@ -88,6 +89,8 @@ struct Ctx<'a> {
     req: &'a RequestHead,
     head_only: bool,
     keep_alive: bool,
+    /// Where this client's 1xx interim responses go (`crate::interim`).
+    interim: Option<InterimSink>,
 }
 
 impl Cache {
@@ -190,18 +193,33 @@ impl Cache {
     }
 
     /// Answer one request. `body` is its body (complete bytes or a stream),
-    /// forwarded only on a pass (a GET's or HEAD's is not).
+    /// forwarded only on a pass (a GET's or HEAD's is not). Interim (1xx)
+    /// responses from the upstream are dropped; see [`Cache::handle_interim`].
     pub async fn handle(
         self: &Arc<Self>,
         req: &RequestHead,
         body: impl Into<RequestBody>,
         peer: IpAddr,
     ) -> Reply {
+        self.handle_interim(req, body, peer, None).await
+    }
+
+    /// [`Cache::handle`], passing the upstream's 1xx interim responses for
+    /// this request to `interim` while the final answer is awaited (when
+    /// this request starts the upstream fetch: `crate::interim` says why).
+    pub async fn handle_interim(
+        self: &Arc<Self>,
+        req: &RequestHead,
+        body: impl Into<RequestBody>,
+        peer: IpAddr,
+        interim: Option<InterimSink>,
+    ) -> Reply {
         let body = body.into();
         let ctx = Ctx {
             req,
             head_only: req.method == Method::Head,
             keep_alive: req.keep_alive,
+            interim,
         };
         #[cfg(debug_assertions)]
         if self.fault_panic.is_some() {
@@ -315,6 +333,7 @@ impl Cache {
             req,
             head_only: req.method == Method::Head,
             keep_alive: req.keep_alive,
+            interim: None,
         };
         Ok(self.object_reply_into(&ctx, &o, CacheStatus::Hit, now, buf))
     }
@@ -402,7 +421,7 @@ impl Cache {
         if policy::parse_directives(req.headers.get_all(b"cache-control")).only_if_cached {
             return self.error(ctx, 504, "not in cache and the request says only-if-cached");
         }
-        let (reader, leader) = self.join_or_fetch(&primary, req, peer, None);
+        let (reader, leader) = self.join_or_fetch(&primary, req, peer, None, ctx.interim.clone());
         self.stream_reply(ctx, reader, leader, None, peer).await
     }
 
@@ -413,6 +432,7 @@ impl Cache {
         req: &RequestHead,
         peer: IpAddr,
         conditional: Option<Arc<CachedObject>>,
+        interim: Option<InterimSink>,
     ) -> (FetchReader, bool) {
         let pid = ObjectId::of(primary);
         let mut map = self.inflight.lock();
@@ -433,14 +453,20 @@ impl Cache {
         map.insert(pid, fetch.clone());
         drop(map);
         let reader = fetch.join().expect("a new fetch can be joined");
-        let plan = self.fill_plan(req, peer, conditional);
+        let mut plan = self.fill_plan(req, peer, conditional);
+        plan.interim = interim;
         tokio::spawn(self.clone().run_fetch(fetch, plan, true));
         (reader, true)
     }
 
     /// A fetch of our own, not shared (Vary mismatch, or a response that
     /// turned out not to be shareable).
-    fn private_fetch(self: &Arc<Self>, req: &RequestHead, peer: IpAddr) -> FetchReader {
+    fn private_fetch(
+        self: &Arc<Self>,
+        req: &RequestHead,
+        peer: IpAddr,
+        interim: Option<InterimSink>,
+    ) -> FetchReader {
         let primary = req.origin_form();
         let fetch = Fetch::new(
             primary,
@@ -450,7 +476,8 @@ impl Cache {
             self.cfg.stream_window,
         );
         let reader = fetch.join().expect("a new fetch can be joined");
-        let plan = self.fill_plan(req, peer, None);
+        let mut plan = self.fill_plan(req, peer, None);
+        plan.interim = interim;
         tokio::spawn(self.clone().run_fetch(fetch, plan, false));
         reader
     }
@@ -468,7 +495,7 @@ impl Cache {
         }
         // The reader is dropped at once: the fetch still completes and
         // stores its result, since its body is kept for the cache.
-        let _ = self.join_or_fetch(primary, req, peer, Some(o.clone()));
+        let _ = self.join_or_fetch(primary, req, peer, Some(o.clone()), None);
     }
 
     async fn revalidate(
@@ -479,7 +506,13 @@ impl Cache {
         peer: IpAddr,
         stale_if_error: bool,
     ) -> Reply {
-        let (mut reader, leader) = self.join_or_fetch(&primary, ctx.req, peer, Some(stale.clone()));
+        let (mut reader, leader) = self.join_or_fetch(
+            &primary,
+            ctx.req,
+            peer,
+            Some(stale.clone()),
+            ctx.interim.clone(),
+        );
         let now = date::unix_now();
         match reader.head().await {
             Ok(h) => {
@@ -518,6 +551,7 @@ impl Cache {
             idempotent: req.method.is_idempotent(),
             store: false,
             conditional: None,
+            interim: ctx.interim.clone(),
         };
         tokio::spawn(self.clone().run_fetch(fetch, plan, false));
         if let Ok(h) = reader.head().await {
@@ -564,7 +598,7 @@ impl Cache {
         if !shared_ok {
             // Not ours to share: ask upstream for this client alone.
             drop(reader);
-            reader = self.private_fetch(ctx.req, peer);
+            reader = self.private_fetch(ctx.req, peer, ctx.interim.clone());
             return Box::pin(self.stream_reply(ctx, reader, true, Some(CacheStatus::Pass), peer))
                 .await;
         }
@@ -823,6 +857,7 @@ impl Cache {
             idempotent: true,
             store: true,
             conditional,
+            interim: None,
         }
     }
 
@@ -901,6 +936,7 @@ impl Cache {
             headers: plan.headers.clone(),
             idempotent: plan.idempotent,
             head_only: plan.method == "HEAD",
+            interim: plan.interim.take(),
         };
         let body = std::mem::take(&mut plan.body);
         let result = self.upstream.send(&req, body).await;
@@ -1143,6 +1179,8 @@ struct FetchPlan {
     store: bool,
     /// The stale object this fetch revalidates.
     conditional: Option<Arc<CachedObject>>,
+    /// Where the 1xx interim responses go: the client that started it.
+    interim: Option<InterimSink>,
 }
 
 /// Response fields to keep: end-to-end only, Via extended, Date ensured.

@@ -19,6 +19,7 @@ use vcdn_http::chunked::{chunk_header, ChunkedDecoder, Decoded};
 use vcdn_http::{parse_request, BodyFraming, Limits, Method, ParseError, RequestHead};
 
 use crate::fetch::Piece;
+use crate::interim;
 use crate::metrics::{CacheStatus, HitTally};
 use crate::panic;
 use crate::proxy::{AtOnce, Cache};
@@ -353,9 +354,7 @@ impl Conn<'_> {
                 }
                 AtOnce::Reply(r) => r,
                 AtOnce::Later => {
-                    let handled =
-                        panic::boundary(Box::pin(self.cache.handle(&head, body, self.peer.ip())))
-                            .await;
+                    let handled = self.handle_interim(&head, body).await?;
                     match handled {
                         Ok(r) => r,
                         Err(p) => return self.panicked(&p, head_only).await,
@@ -368,6 +367,40 @@ impl Conn<'_> {
                 return self.flush().await;
             }
         }
+    }
+
+    /// Answer a request through the handler, writing the upstream's 1xx
+    /// interim responses (`crate::interim`) to the client as they come,
+    /// before the final answer; an HTTP/1.0 client gets none (RFC 9110
+    /// §15.2). Replies queued for earlier pipelined requests go first.
+    async fn handle_interim(
+        &mut self,
+        head: &RequestHead,
+        body: RequestBody,
+    ) -> std::io::Result<Result<Reply, panic::Caught>> {
+        let cache = self.cache;
+        let peer = self.peer.ip();
+        if head.minor_version == 0 {
+            return Ok(panic::boundary(Box::pin(cache.handle(head, body, peer))).await);
+        }
+        let (sink, mut interims) = interim::channel(cache.via());
+        let handled = panic::boundary(Box::pin(cache.handle_interim(head, body, peer, Some(sink))));
+        tokio::pin!(handled);
+        let handled = loop {
+            tokio::select! {
+                biased;
+                Some(bytes) = interims.recv() => {
+                    self.out.extend_from_slice(&bytes);
+                    self.flush().await?;
+                }
+                r = &mut handled => break r,
+            }
+        };
+        // Any still queued go before the final answer.
+        while let Ok(bytes) = interims.try_recv() {
+            self.out.extend_from_slice(&bytes);
+        }
+        Ok(handled)
     }
 
     /// Report a panic caught while answering a request, answer it 500 and
@@ -583,11 +616,16 @@ impl Conn<'_> {
         let (tx, stream) = BodyStream::channel(length, BODY_DEPTH);
         let cache = self.cache;
         let peer = self.peer.ip();
+        // The connection is busy reading the body meanwhile, so interim
+        // responses wait and go just before the final one.
+        let (sink, mut interims) = interim::channel(cache.via());
+        let sink = (head.minor_version >= 1).then_some(sink);
         let (handled, pumped) = tokio::join!(
-            panic::boundary(Box::pin(cache.handle(
+            panic::boundary(Box::pin(cache.handle_interim(
                 head,
                 RequestBody::Stream(stream),
-                peer
+                peer,
+                sink
             ))),
             self.pump(head.body, tx)
         );
@@ -608,6 +646,9 @@ impl Conn<'_> {
         let abandoned = matches!(pumped, Pumped::Abandoned);
         if abandoned {
             force_close(&mut reply);
+        }
+        while let Ok(bytes) = interims.try_recv() {
+            self.out.extend_from_slice(&bytes);
         }
         let close = reply.close || !head.keep_alive;
         let clean = Box::pin(self.send(reply, head.method == Method::Head)).await?;

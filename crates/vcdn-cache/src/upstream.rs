@@ -32,6 +32,7 @@ use vcdn_http::response::ResponseFraming;
 use vcdn_http::{parse_response, Limits, ResponseHead};
 use vcdn_policy::origin::{OriginPolicy, Refused};
 
+use crate::interim::{InterimSink, MAX_INTERIM};
 use crate::upstream_tls::{needs_https, Conn, TlsFailure, TlsFailures, TlsReason, UpstreamTls};
 
 /// Where and how to reach the upstream.
@@ -148,6 +149,9 @@ pub struct UpstreamRequest<'a> {
     pub headers: Vec<(Bytes, Bytes)>,
     pub idempotent: bool,
     pub head_only: bool,
+    /// Where to pass 1xx interim responses (`crate::interim`); None drops
+    /// them.
+    pub interim: Option<InterimSink>,
 }
 
 /// The body of a request to forward.
@@ -459,7 +463,13 @@ impl Upstream {
                 },
             };
             match self
-                .exchange(&mut conn, &wire, &mut body, req.head_only)
+                .exchange(
+                    &mut conn,
+                    &wire,
+                    &mut body,
+                    req.head_only,
+                    req.interim.as_ref(),
+                )
                 .await
             {
                 Ok((head, buf, framing)) => {
@@ -544,6 +554,7 @@ impl Upstream {
         wire: &[u8],
         body: &mut RequestBody,
         head_only: bool,
+        interim: Option<&InterimSink>,
     ) -> Result<(ResponseHead, BytesMut, ResponseFraming), Failed> {
         let url = || self.cfg.url.clone();
         self.write(conn, wire).await.map_err(|e| (e, true))?;
@@ -557,14 +568,35 @@ impl Upstream {
             max_headers: 200,
         };
         // A streamed body is used up: the request cannot be sent again.
-        let again = !matches!(body, RequestBody::Stream(_));
+        let mut again = !matches!(body, RequestBody::Stream(_));
+        let mut interims = 0;
         loop {
             let frozen = buf.clone().freeze();
             match parse_response(&frozen, &limits) {
                 Ok(Some((head, n))) => {
                     let _ = buf.split_to(n);
                     if head.status < 200 {
-                        // Interim responses (100 Continue, 103) are skipped.
+                        // Interim responses (RFC 9110 §15.2): passed on
+                        // (`crate::interim`), bounded, and never a reason
+                        // to send the request again (the client may have
+                        // seen them).
+                        let invalid = |why: String| (UpstreamError::Invalid(url(), why), false);
+                        if head.status == 101 {
+                            return Err(invalid(
+                                "101 Switching Protocols to a request that asked for no upgrade"
+                                    .into(),
+                            ));
+                        }
+                        interims += 1;
+                        if interims > MAX_INTERIM {
+                            return Err(invalid(format!(
+                                "more than {MAX_INTERIM} interim (1xx) responses before the final one"
+                            )));
+                        }
+                        again = false;
+                        if let Some(sink) = interim {
+                            sink.forward(&head);
+                        }
                         continue;
                     }
                     let framing = head
@@ -797,6 +829,7 @@ mod tests {
             headers: Vec::new(),
             idempotent: true,
             head_only: false,
+            interim: None,
         };
         let mut r = up
             .send(&req, RequestBody::None)

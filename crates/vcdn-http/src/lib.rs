@@ -14,6 +14,7 @@ pub mod header;
 pub mod request;
 pub mod response;
 pub mod serve;
+pub mod sf;
 pub mod tls;
 
 pub use header::Headers;

@@ -153,6 +153,7 @@ async fn an_accelerated_service_serves_dynamic_content_through_its_chain_and_del
         api: SocketAddr::from(([127, 0, 0, 1], up::free_port())),
         origin: SocketAddr::from(([127, 3, 0, 1], up::free_port())),
         instance_port: up::free_port(),
+        instance_tls_port: up::free_port(),
         ports: [
             up::free_port(),
             up::free_port(),
