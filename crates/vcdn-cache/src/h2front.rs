@@ -55,6 +55,10 @@ const BODY_DEPTH: usize = 2;
 /// The most response bytes asked of flow control at once, and the size of
 /// a read from a file piece.
 const SEND_CHUNK: usize = 64 * 1024;
+/// After an early answer, what the client still sends is read and dropped
+/// for this long, and at most this much (see [`linger`]).
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 16 << 20;
 
 /// Fields that describe one HTTP/1.1 connection and are malformed in
 /// HTTP/2 (RFC 9113 §8.2.2); `te` is allowed only as `trailers`.
@@ -216,8 +220,15 @@ async fn stream(
 ) {
     let mut started = false;
     let head_only = req.method() == http::Method::HEAD;
-    let answered =
-        panic::boundary(answer(&cache, req, &mut respond, &mut started, peer, &resets)).await;
+    let answered = panic::boundary(answer(
+        &cache,
+        req,
+        &mut respond,
+        &mut started,
+        peer,
+        &resets,
+    ))
+    .await;
     if let Err(p) = answered {
         panic::report(
             &cache.metrics,
@@ -259,6 +270,41 @@ async fn answer(
     resets: &AtomicU64,
 ) {
     let (parts, mut body) = req.into_parts();
+    answer_parts(cache, parts, &mut body, respond, started, peer, resets).await;
+    if !body.is_end_stream() && *started {
+        linger(&mut body).await;
+    }
+}
+
+/// After an answer given before the request body was all read (an error,
+/// or an upstream that answered early): read and drop what the client
+/// still sends for a while, so the stream ends cleanly rather than with a
+/// reset that makes some clients drop the answer (as HTTP/1.1 lingers
+/// before closing).
+async fn linger(body: &mut RecvStream) {
+    let until = Instant::now() + LINGER;
+    let mut dropped = 0;
+    while dropped < LINGER_BYTES && !body.is_end_stream() {
+        match tokio::time::timeout_at(until, body.data()).await {
+            Ok(Some(Ok(d))) => {
+                dropped += d.len();
+                let _ = body.flow_control().release_capacity(d.len());
+            }
+            _ => return,
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn answer_parts(
+    cache: &Arc<Cache>,
+    parts: http::request::Parts,
+    body: &mut RecvStream,
+    respond: &mut SendResponse<Bytes>,
+    started: &mut bool,
+    peer: SocketAddr,
+    resets: &AtomicU64,
+) {
     let cfg = &cache.cfg;
     let max = cfg.max_request_body;
     let has_body = !body.is_end_stream();
@@ -284,7 +330,7 @@ async fn answer(
             if got.len() >= INLINE_REQUEST_BODY {
                 break;
             }
-            match next_data(&mut body, &mut clock).await {
+            match next_data(body, &mut clock).await {
                 Ok(Some(d)) => {
                     if (got.len() + d.len()) as u64 > max {
                         return refuse(cache, respond, started, 413, &too_large(max), peer).await;
@@ -300,8 +346,17 @@ async fn answer(
         }
         if whole.is_none() {
             // Stream it: what was read so far goes first.
-            return stream_body(cache, parts, body, got.freeze(), clock, respond, started, peer)
-                .await;
+            return stream_body(
+                cache,
+                parts,
+                body,
+                got.freeze(),
+                clock,
+                respond,
+                started,
+                peer,
+            )
+            .await;
         }
     }
     let head = match request_head(cache, &parts, whole.as_ref().map(Bytes::len)) {
@@ -478,9 +533,7 @@ fn serialise(parts: &http::request::Parts, body_len: Option<usize>) -> Result<By
         {
             return malformed;
         }
-        if (n == "host" && authority.is_some())
-            || (n == "content-length" && body_len.is_some())
-        {
+        if (n == "host" && authority.is_some()) || (n == "content-length" && body_len.is_some()) {
             continue;
         }
         if n == "cookie" {
@@ -518,7 +571,7 @@ fn serialise(parts: &http::request::Parts, body_len: Option<usize>) -> Result<By
 async fn stream_body(
     cache: &Arc<Cache>,
     parts: http::request::Parts,
-    mut body: RecvStream,
+    body: &mut RecvStream,
     first: Bytes,
     mut clock: BodyClock,
     respond: &mut SendResponse<Bytes>,
@@ -537,13 +590,16 @@ async fn stream_body(
     let (tx, rx) = BodyStream::channel(length, BODY_DEPTH);
     let max = cache.cfg.max_request_body;
     let pump = async {
+        // Owned here: dropped without End when the body fails, which tells
+        // the upstream side to give up.
+        let tx = tx;
         let mut total = first.len() as u64;
         if !first.is_empty() && tx.send(BodyPiece::Data(first)).await.is_err() {
             return Ok(());
         }
         loop {
             let d = tokio::select! {
-                d = next_data(&mut body, &mut clock) => d?,
+                d = next_data(body, &mut clock) => d?,
                 _ = tx.closed() => return Ok(()),
             };
             let Some(d) = d else {
@@ -559,17 +615,23 @@ async fn stream_body(
             }
         }
     };
-    let (reply, pumped) = tokio::join!(cache.handle(&head, RequestBody::Stream(rx), peer.ip()), async {
-        let r = pump.await;
-        // Dropping the sender without End tells the upstream side the body
-        // failed.
-        r
-    });
+    let (reply, pumped) = tokio::join!(
+        cache.handle(&head, RequestBody::Stream(rx), peer.ip()),
+        pump
+    );
     if let Err(r) = pumped {
         drop(reply);
         return refused(cache, respond, started, r, peer).await;
     }
-    send_reply(cache, respond, started, reply, head.method == Method::Head, peer).await;
+    send_reply(
+        cache,
+        respond,
+        started,
+        reply,
+        head.method == Method::Head,
+        peer,
+    )
+    .await;
 }
 
 async fn refused(
@@ -651,9 +713,8 @@ async fn send_reply(
     peer: SocketAddr,
 ) -> bool {
     let resp = response_head(&reply);
-    let no_body = head_only
-        || matches!(reply.body, ReplyBody::Empty)
-        || matches!(reply.status, 204 | 304);
+    let no_body =
+        head_only || matches!(reply.body, ReplyBody::Empty) || matches!(reply.status, 204 | 304);
     *started = true;
     let mut tx = match respond.send_response(resp, no_body) {
         Ok(tx) => tx,

@@ -375,7 +375,10 @@ fn run_cache(a: CacheArgs) -> Result<(), String> {
     let mut sig: libc::c_int = 0;
     // SAFETY: waiting on a signal set this function initialised.
     unsafe { libc::sigwait(&signals, &mut sig) };
-    tracing::info!(signal = sig, "shutting down: GOAWAY to HTTP/2 clients, draining");
+    tracing::info!(
+        signal = sig,
+        "shutting down: GOAWAY to HTTP/2 clients, draining"
+    );
     running.drain();
     Ok(())
 }
