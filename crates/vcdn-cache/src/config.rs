@@ -119,9 +119,10 @@ pub struct CacheConfig {
     /// per connection; more is answered with GOAWAY `ENHANCE_YOUR_CALM`.
     pub h2_max_local_error_reset_streams: usize,
     /// Streams the client reset while they were being answered, per
-    /// connection, beyond which the connection is cut off with GOAWAY
-    /// `ENHANCE_YOUR_CALM` (rapid reset where the streams were accepted
-    /// before their resets arrived).
+    /// connection, beyond which (when they are also over half of the
+    /// connection's streams) the connection is cut off with GOAWAY
+    /// `ENHANCE_YOUR_CALM`: rapid reset paced so that each stream is
+    /// accepted, and its upstream work started, before its reset arrives.
     pub h2_max_client_resets: u64,
     /// On shutdown (SIGTERM), how long open HTTP/2 streams may take to
     /// finish after GOAWAY, ms.

@@ -128,7 +128,9 @@ where
             return;
         }
     };
+    // Streams the client reset while they were answered, of `opened`.
     let resets = Arc::new(AtomicU64::new(0));
+    let mut opened = 0u64;
     let mut streams: JoinSet<()> = JoinSet::new();
     let idle = Duration::from_millis(cfg.idle_timeout_ms);
     let mut deadline = Instant::now() + idle;
@@ -145,6 +147,7 @@ where
             accepted = conn.accept() => match accepted {
                 Some(Ok((req, respond))) => {
                     m.h2_streams.fetch_add(1, Ordering::Relaxed);
+                    opened += 1;
                     deadline = Instant::now() + idle;
                     let (cache, resets) = (cache.clone(), resets.clone());
                     streams.spawn(stream(cache, req, respond, peer, resets));
@@ -177,7 +180,8 @@ where
                 }
             }
         }
-        if resets.load(Ordering::Relaxed) > cfg.h2_max_client_resets && closing.is_none() {
+        let reset = resets.load(Ordering::Relaxed);
+        if reset > cfg.h2_max_client_resets && reset * 2 > opened && closing.is_none() {
             m.h2_abuse.fetch_add(1, Ordering::Relaxed);
             tracing::info!(%peer, resets = cfg.h2_max_client_resets, "HTTP/2 client reset too many streams; GOAWAY ENHANCE_YOUR_CALM");
             conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);

@@ -610,6 +610,44 @@ async fn rapid_reset_gets_goaway_enhance_your_calm() {
 }
 
 #[tokio::test]
+async fn paced_rapid_reset_on_misses_is_cut_off_too() {
+    // Pairs written one at a time: each stream is accepted and its
+    // upstream fetch started before its reset arrives, so h2's own
+    // pending-accept limit never sees them; the cache counts the resets.
+    let o = origin();
+    let dir = tempdir("h2-paced-reset");
+    let c = cache_with(&o, &dir, "h2_max_client_resets = 50\n");
+    let mut raw = Raw::connect(c.addr, &[]);
+    let mut goaway = None;
+    for i in 0..400u32 {
+        let id = 1 + 2 * i;
+        // A distinct slow object each time: a miss that takes seconds.
+        let path = format!("/size/100000?rate=10000&i={i}");
+        let block = request_block("GET", &path, &[]);
+        let mut pair = frame(HEADERS, END_HEADERS | END_STREAM, id, &block);
+        if raw.send(&pair).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        pair = rst(id, CANCEL);
+        if raw.send(&pair).is_err() {
+            break;
+        }
+        if let Some(g) = raw.until(Duration::from_millis(1), |f| f.ty == GOAWAY) {
+            goaway = Some(g);
+            break;
+        }
+    }
+    let goaway = goaway
+        .or_else(|| raw.until(Duration::from_secs(5), |f| f.ty == GOAWAY))
+        .expect("GOAWAY");
+    assert_eq!(goaway.code(), ENHANCE_YOUR_CALM, "{goaway:?}");
+    // The last stream the server took: soon after the 50th reset.
+    let last = u32::from_be_bytes(goaway.payload[..4].try_into().unwrap());
+    assert!(last < 2 * 200, "cut off only at stream {last}");
+}
+
+#[tokio::test]
 async fn a_continuation_flood_is_cut_off_with_memory_bounded() {
     let o = origin();
     let c = cache(o.addr, &[]);
