@@ -85,6 +85,42 @@ where
     }
 }
 
+/// One HTTP/2 connection whose client sends the preface, then `input`,
+/// then closes its side: what the server wrote back, within 5 s. For the
+/// fuzz target `h2_connection` (the whole path: h2's frame and HPACK
+/// parsing, this module, the cache); not an API.
+#[doc(hidden)]
+pub async fn serve_bytes(cache: Arc<Cache>, input: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client, server) = tokio::io::duplex(1 << 20);
+    let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+    let served = tokio::spawn(serve(cache, server, peer, Bytes::new()));
+    let mut sent = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    sent.extend_from_slice(input);
+    let mut out = Vec::new();
+    let exchange = async {
+        let (mut r, mut w) = tokio::io::split(&mut client);
+        let write = async {
+            let _ = w.write_all(&sent).await;
+            let _ = w.shutdown().await;
+        };
+        let read = async {
+            let mut buf = [0u8; 16 << 10];
+            while let Ok(n) = r.read(&mut buf).await {
+                if n == 0 || out.len() > 16 << 20 {
+                    break;
+                }
+                out.extend_from_slice(&buf[..n]);
+            }
+        };
+        tokio::join!(write, read);
+    };
+    let _ = timeout(Duration::from_secs(5), exchange).await;
+    drop(client);
+    let _ = timeout(Duration::from_secs(5), served).await;
+    out
+}
+
 /// Decrements a gauge when dropped (also by a panic).
 struct OpenGauge<'a>(&'a AtomicU64);
 

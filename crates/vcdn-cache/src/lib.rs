@@ -16,7 +16,7 @@
 //! - [`upstream`]: pooled client to the origin or parent;
 //! - [`proxy`]: what to answer to a request, as a [`reply::Reply`];
 //! - [`server`]: threads, listeners and the connection loop;
-//! - `h2front`: the HTTP/2 front end (h2c on the plain listener, ALPN h2);
+//! - [`h2front`]: the HTTP/2 front end (h2c on the plain listener, ALPN h2);
 //! - [`admin`] and [`ctl`]: the control API and its client.
 
 pub mod admin;
@@ -25,7 +25,7 @@ pub mod config;
 pub mod ctl;
 pub mod fetch;
 pub mod fill;
-pub(crate) mod h2front;
+pub mod h2front;
 pub mod key;
 pub mod metrics;
 pub mod object;
