@@ -47,6 +47,19 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v ping >/dev/null 2>&1; then
     || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 iputils-ping; }
 fi
 
+# The HTTP/2 tests check the cache's conformance with h2spec, a Go program
+# built from the Go module proxy into $HOME/go/bin (where the test looks).
+if [[ ! -x "$HOME/go/bin/h2spec" ]]; then
+  echo "== installing h2spec"
+  if ! command -v go >/dev/null 2>&1 && [[ ! -x /usr/local/go/bin/go ]]; then
+    SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go \
+      || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go; }
+  fi
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  GOBIN="$HOME/go/bin" GOFLAGS=-mod=mod "$GO" install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
+fi
+
 # The idle-connection test opens 10,000 sockets.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 

@@ -119,6 +119,32 @@ pub struct CacheConfig {
     /// the request, cookies and credentials included, so it is answered
     /// 405 with an `Allow` field unless the service asks for it.
     pub allow_trace: bool,
+    /// HTTP/2 (see `h2front.rs`): streams a client may have open at once
+    /// on one connection; more are refused with `REFUSED_STREAM`.
+    pub h2_max_concurrent_streams: u32,
+    /// HTTP/2 receive window of one stream (request bodies), bytes.
+    pub h2_stream_window: u32,
+    /// HTTP/2 receive window of one connection, bytes: all the request
+    /// body bytes a client can make this cache hold per connection.
+    pub h2_connection_window: u32,
+    /// HTTP/2 response bytes buffered per stream ahead of the socket.
+    pub h2_max_send_buffer: usize,
+    /// Streams a client opened and reset before they were accepted, held
+    /// at once; more is a rapid-reset attack (CVE-2023-44487) answered
+    /// with GOAWAY `ENHANCE_YOUR_CALM`.
+    pub h2_max_pending_accept_reset_streams: usize,
+    /// Streams this cache had to reset for the client's protocol errors,
+    /// per connection; more is answered with GOAWAY `ENHANCE_YOUR_CALM`.
+    pub h2_max_local_error_reset_streams: usize,
+    /// Streams the client reset while they were being answered, per
+    /// connection, beyond which (when they are also over half of the
+    /// connection's streams) the connection is cut off with GOAWAY
+    /// `ENHANCE_YOUR_CALM`: rapid reset paced so that each stream is
+    /// accepted, and its upstream work started, before its reset arrives.
+    pub h2_max_client_resets: u64,
+    /// On shutdown (SIGTERM), how long open HTTP/2 streams may take to
+    /// finish after GOAWAY, ms.
+    pub drain_timeout_ms: u64,
 }
 
 impl Default for CacheConfig {
@@ -163,6 +189,14 @@ impl Default for CacheConfig {
             admission_redirect: None,
             io_uring: true,
             allow_trace: false,
+            h2_max_concurrent_streams: 100,
+            h2_stream_window: 256 << 10,
+            h2_connection_window: 1 << 20,
+            h2_max_send_buffer: 256 << 10,
+            h2_max_pending_accept_reset_streams: 20,
+            h2_max_local_error_reset_streams: 1024,
+            h2_max_client_resets: 1000,
+            drain_timeout_ms: 10_000,
         }
     }
 }
@@ -215,6 +249,17 @@ impl CacheConfig {
                 "--origin-policy {:?}: {e}",
                 self.origin_policy
             )));
+        }
+        if self.h2_max_concurrent_streams == 0 {
+            return bad("h2_max_concurrent_streams must be at least 1");
+        }
+        if !(65_535..=(1 << 31) - 1).contains(&self.h2_stream_window)
+            || !(65_535..=(1 << 31) - 1).contains(&self.h2_connection_window)
+        {
+            return bad("h2_stream_window and h2_connection_window must be between 65535 and 2147483647 bytes (RFC 9113 §6.9.2)");
+        }
+        if self.h2_max_send_buffer < 16 << 10 || self.h2_max_send_buffer > u32::MAX as usize {
+            return bad("h2_max_send_buffer must be between 16 KiB and 4 GiB");
         }
         if let Some(r) = &self.admission_redirect {
             if !r.starts_with("http://") && !r.starts_with("https://") {

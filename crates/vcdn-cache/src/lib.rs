@@ -19,6 +19,7 @@
 //! - [`server`]: threads, listeners and the connection loop;
 //! - [`tls`] and [`wire`]: TLS at the edge (handshake, certificates by
 //!   SNI, ALPN dispatch) and the connection loop's I/O over TLS;
+//! - [`h2front`]: the HTTP/2 front end (h2c on the plain listener, ALPN h2);
 //! - [`admin`] and [`ctl`]: the control API and its client.
 
 pub mod admin;
@@ -27,7 +28,7 @@ pub mod config;
 pub mod ctl;
 pub mod fetch;
 pub mod fill;
-mod h2front;
+pub mod h2front;
 pub mod interim;
 pub mod key;
 pub mod metrics;
@@ -62,6 +63,22 @@ pub struct Running {
 }
 
 impl Running {
+    /// Shut down gracefully: HTTP/2 connections get GOAWAY and their open
+    /// streams may finish, for at most `drain_timeout_ms`. Returns when
+    /// no HTTP/2 connection is left or the time is up; the caller then
+    /// exits (HTTP/1.1 connections end with the process, as before).
+    pub fn drain(&self) {
+        self.cache.drain();
+        let until = std::time::Instant::now()
+            + std::time::Duration::from_millis(self.cache.cfg.drain_timeout_ms);
+        let open = &self.cache.metrics.h2_connections_open;
+        while open.load(std::sync::atomic::Ordering::Relaxed) > 0
+            && std::time::Instant::now() < until
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// Block until the serving threads end (they do not, short of a panic).
     pub fn join(self) {
         for t in self.threads {

@@ -94,6 +94,12 @@ pub struct Metrics {
     /// TLS connections open now, by protocol.
     pub tls_open_h2: AtomicU64,
     pub tls_open_http1: AtomicU64,
+    /// HTTP/2 connections open now, and streams accepted on them.
+    pub h2_connections_open: AtomicU64,
+    pub h2_streams: AtomicU64,
+    /// HTTP/2 connections cut off for abuse (GOAWAY `ENHANCE_YOUR_CALM`,
+    /// header floods, protocol errors).
+    pub h2_abuse: AtomicU64,
 }
 
 /// One of the TLS connections counted open in a gauge of [`Metrics`],
@@ -215,7 +221,7 @@ impl Metrics {
             let _ = writeln!(o, "vcdn_cache_responses_total{{class=\"{i}xx\"}} {}", g(c));
         }
         let retries = AtomicU64::new(upstream_retries);
-        let counters: [(&str, &str, &AtomicU64); 13] = [
+        let counters: [(&str, &str, &AtomicU64); 15] = [
             (
                 "vcdn_cache_body_bytes_sent_total",
                 "Body bytes sent to clients.",
@@ -281,6 +287,16 @@ impl Metrics {
                 "Panics caught in request handling (bugs: each answered 500 or closed its connection, and logged once).",
                 &self.panics,
             ),
+            (
+                "vcdn_cache_h2_streams_total",
+                "HTTP/2 streams (requests) accepted.",
+                &self.h2_streams,
+            ),
+            (
+                "vcdn_cache_h2_connection_errors_total",
+                "HTTP/2 connections ended by a protocol error or cut off for abuse (rapid reset, CONTINUATION flood, oversized header blocks).",
+                &self.h2_abuse,
+            ),
         ];
         for (name, help, c) in counters {
             let _ = writeln!(
@@ -293,6 +309,11 @@ impl Metrics {
             o,
             "# HELP vcdn_cache_connections_open Client connections open now.\n# TYPE vcdn_cache_connections_open gauge\nvcdn_cache_connections_open {}",
             g(&self.connections_open)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP vcdn_cache_h2_connections_open HTTP/2 client connections open now.\n# TYPE vcdn_cache_h2_connections_open gauge\nvcdn_cache_h2_connections_open {}",
+            g(&self.h2_connections_open)
         );
         for (name, help, v) in gauges {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");

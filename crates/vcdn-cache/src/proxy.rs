@@ -45,6 +45,9 @@ pub struct Cache {
     /// `1.1 <name>`, appended to Via, and how loops are recognised.
     via: String,
     pub started: std::time::Instant,
+    /// Set when the cache shuts down: HTTP/2 connections send GOAWAY and
+    /// finish their open streams (see [`Cache::drain`]).
+    pub draining: tokio::sync::watch::Sender<bool>,
     /// The LRU admission filter, when configured (shared by all serving
     /// threads: they serve one content population).
     admission: Option<Mutex<LruFilter>>,
@@ -135,6 +138,7 @@ impl Cache {
             policy,
             inflight: Mutex::new(HashMap::new()),
             started: std::time::Instant::now(),
+            draining: tokio::sync::watch::channel(false).0,
             admission: cfg.admission_filter.map(|n| Mutex::new(LruFilter::new(n))),
             bypass_base: cfg
                 .admission_redirect
@@ -149,6 +153,12 @@ impl Cache {
                 .map(String::into_bytes),
             cfg,
         })
+    }
+
+    /// Begin shutting down: HTTP/2 connections announce GOAWAY at once and
+    /// close when their open streams are done.
+    pub fn drain(&self) {
+        self.draining.send_replace(true);
     }
 
     pub fn via(&self) -> &str {

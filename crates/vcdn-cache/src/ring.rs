@@ -164,6 +164,9 @@ struct RingConn {
     /// Failed, timed out or refused: close as soon as nothing is in flight.
     closing: bool,
     handover: Option<Handover>,
+    /// No request was parsed yet: an HTTP/2 preface (refused by the
+    /// parser, so handed over) may open the connection.
+    fresh: bool,
 }
 
 /// Whether this kernel gives us what the front end needs.
@@ -489,6 +492,7 @@ impl Front {
             peer_closed: false,
             closing: false,
             handover: None,
+            fresh: true,
         };
         let slot = match self.free.pop() {
             Some(i) => {
@@ -636,6 +640,7 @@ impl Front {
             let head = match parse_request(rest, &self.limits) {
                 Ok(Some((head, n))) => {
                     at += n;
+                    c.fresh = false;
                     head
                 }
                 Ok(None) => {
@@ -645,13 +650,17 @@ impl Front {
                         rbuf: BytesMut::from(&rest[..]),
                         first: None,
                         head_started: Some(self.now),
+                        fresh: c.fresh,
                     });
                     break;
                 }
                 Err(_) => {
-                    // Let the tokio loop answer the error as usual.
+                    // Let the tokio loop answer the error as usual (or
+                    // take the connection to HTTP/2, if this was the
+                    // preface of one).
                     c.handover = Some(Handover {
                         rbuf: BytesMut::from(&rest[..]),
+                        fresh: c.fresh,
                         ..Default::default()
                     });
                     break;
@@ -693,6 +702,7 @@ impl Front {
                     rbuf: BytesMut::from(&data[at..]),
                     first: Some((reply, head_only, close)),
                     head_started: None,
+                    fresh: false,
                 });
                 break;
             }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::Write;
 use std::net::TcpStream as StdStream;
@@ -167,7 +167,15 @@ fn panic_reply(cache: &Cache, head_only: bool) -> Reply {
 enum Next {
     Request(RequestHead),
     Closed,
+    /// The connection opened with the HTTP/2 preface: these are the bytes
+    /// read so far, for [`crate::h2front`].
+    Http2(Bytes),
 }
+
+/// The first line of the HTTP/2 connection preface (RFC 9113 §3.4). The
+/// HTTP/1.1 parser refuses it (version 2.0), so it is looked for only
+/// there, on a connection's first bytes: the hit path never pays for it.
+const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0\r\n";
 
 /// How the reading of a request body ended.
 enum Pumped {
@@ -211,10 +219,19 @@ struct Conn<'a> {
     head_started: Option<Instant>,
     /// A buffer for the next reply head, recycled from the last one.
     spare_head: Vec<u8>,
+    /// No request has been parsed on this connection yet: an HTTP/2
+    /// preface is taken only here (h2c with prior knowledge).
+    fresh: bool,
+    /// Set when the connection turned out to speak HTTP/2: the bytes read.
+    http2: Option<Bytes>,
 }
 
 async fn connection(cache: &Arc<Cache>, stream: AsyncFd<StdStream>, peer: SocketAddr) {
-    connection_from(cache, stream, peer, Handover::default()).await
+    let h = Handover {
+        fresh: true,
+        ..Handover::default()
+    };
+    connection_from(cache, stream, peer, h).await
 }
 
 /// What a connection brings when the io_uring front end hands it over
@@ -226,6 +243,9 @@ pub(crate) struct Handover {
     /// The reply, whether the request was HEAD, whether to close after it.
     pub first: Option<(Reply, bool, bool)>,
     pub head_started: Option<Instant>,
+    /// Nothing was answered on the connection before: its first bytes are
+    /// in `rbuf` (an HTTP/2 preface may be taken).
+    pub fresh: bool,
 }
 
 pub(crate) async fn connection_from(
@@ -266,6 +286,8 @@ async fn serve(
         out: Vec::new(),
         head_started: h.head_started,
         spare_head: Vec::new(),
+        fresh: h.fresh,
+        http2: None,
         limits: Limits {
             max_request_line: cfg.max_request_line,
             max_head: cfg.max_header_bytes,
@@ -279,14 +301,16 @@ async fn serve(
         if let Some((reply, head_only, close)) = h.first {
             let clean = Box::pin(c.send(reply, head_only)).await?;
             if close || !clean {
-                return c.flush().await;
+                return c.flush().await.map(|()| None);
             }
         }
-        c.run().await
+        c.run().await?;
+        Ok(c.http2.take())
     })
     .await;
+    let mut h2c = None;
     match result {
-        Ok(Ok(())) => {}
+        Ok(Ok(read)) => h2c = read,
         Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "connection ended"),
         Err(p) => panic::report(
             &cache.metrics,
@@ -298,6 +322,14 @@ async fn serve(
     if let Wire::Tls(tls) = &mut c.wire {
         wire::close_notify(&c.stream, tls);
     }
+    if let Some(read) = h2c {
+        // h2c with prior knowledge: the socket goes to the HTTP/2 front
+        // end, with the bytes already read; this task keeps the slot.
+        match tokio::net::TcpStream::from_std(c.stream.into_inner()) {
+            Ok(tcp) => crate::h2front::serve(cache.clone(), tcp, peer, read).await,
+            Err(e) => tracing::warn!(error = %e, "cannot hand a connection to HTTP/2"),
+        }
+    }
 }
 
 impl Conn<'_> {
@@ -306,6 +338,10 @@ impl Conn<'_> {
             let head = match self.next_request().await? {
                 Next::Request(h) => h,
                 Next::Closed => return self.flush().await,
+                Next::Http2(read) => {
+                    self.http2 = Some(read);
+                    return Ok(());
+                }
             };
             let mut body = RequestBody::None;
             if head.body != BodyFraming::None {
@@ -433,6 +469,7 @@ impl Conn<'_> {
                             self.rbuf.extend_from_slice(&data[n..]);
                         }
                         self.head_started = None;
+                        self.fresh = false;
                         return Ok(Next::Request(head));
                     }
                     Ok(None) => {
@@ -441,6 +478,9 @@ impl Conn<'_> {
                             .unwrap_or_else(|d| BytesMut::from(&d[..]));
                         whole.unsplit(std::mem::take(&mut self.rbuf));
                         self.rbuf = whole;
+                    }
+                    Err(_) if self.fresh && data.starts_with(H2_PREFACE_LINE) => {
+                        return Ok(Next::Http2(data));
                     }
                     Err(e) => {
                         self.reject(e).await?;

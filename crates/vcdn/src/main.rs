@@ -397,11 +397,36 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
 
 fn run_cache(a: CacheArgs) -> Result<(), String> {
     let cfg = cache_config(a)?;
+    // SIGTERM and SIGINT are taken by this thread (sigwait below): the
+    // serving threads, started after this, inherit the blocked mask.
+    let signals = block_term_signals();
     let running = vcdn_cache::start(cfg)?;
     announce(&running);
     drop_startup_code();
-    running.join();
+    let mut sig: libc::c_int = 0;
+    // SAFETY: waiting on a signal set this function initialised.
+    unsafe { libc::sigwait(&signals, &mut sig) };
+    tracing::info!(
+        signal = sig,
+        "shutting down: GOAWAY to HTTP/2 clients, draining"
+    );
+    running.drain();
     Ok(())
+}
+
+/// Block SIGTERM and SIGINT in the calling thread (and the threads it
+/// starts); returns the set for `sigwait`.
+fn block_term_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local set, then masking the calling
+    // thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
 }
 
 fn announce(r: &vcdn_cache::Running) {
