@@ -134,6 +134,16 @@ async fn curl_gets_each_names_certificate_the_right_body_and_hits_over_tls_1_3_a
             assert_eq!(r.body, synth(n), "{host} {want}: body differs");
         }
     }
+    // HTTP/2 over TLS (ALPN h2), each name with its own certificate: the
+    // same cache, the same answers.
+    for (host, path) in [("a.example", "/size/1000"), ("b.example", "/size/1001")] {
+        let r = curl(&dir, t, host, path, &["--http2"]);
+        assert!(r.log.contains("ALPN: server accepted h2"), "{}", r.log);
+        assert!(r.log.contains(&format!("subject: CN={host}")), "{}", r.log);
+        assert!(r.head.starts_with("http/2 200"), "{}", r.head);
+        assert!(r.head.contains("x-cache: hit"), "{}", r.head);
+        assert_eq!(r.body, synth(path[6..].parse().unwrap()));
+    }
     // A name with no certificate of its own gets the default one (the
     // first loaded), which curl then finds does not cover it.
     let r = curl(&dir, t, "other.example", "/size/1000", &["-k"]);

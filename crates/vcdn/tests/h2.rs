@@ -561,6 +561,43 @@ fn h2spec_passes_except_the_known_cases() {
     );
 }
 
+/// h2spec over TLS (ALPN h2) against the TLS listener: every case passes,
+/// the invalid-preface one included (over TLS there is no HTTP/1.1 to fall
+/// back to).
+#[test]
+fn h2spec_over_tls_passes_every_case() {
+    let bin = h2spec();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempdir("h2spec-tls");
+    let certs = dir.join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    let m = vcdn_http::tls::self_signed(&["h2spec.example".into()], 2).unwrap();
+    std::fs::write(certs.join("h2spec.example.crt"), m.cert_pem).unwrap();
+    std::fs::write(certs.join("h2spec.example.key"), m.key_pem).unwrap();
+    let o = origin();
+    let certs = certs.to_string_lossy().into_owned();
+    let c = cache(
+        o.addr,
+        &["--tls-listen", "127.0.0.1:0", "--tls-cert-dir", &certs],
+    );
+    let tls = c.tls.expect("TLS address printed");
+    rt.block_on(get(c.addr, "/size/43"));
+    let report = dir.join("junit.xml");
+    let out = Command::new(&bin)
+        .args(["-t", "-k", "-h", "127.0.0.1", "-p", &tls.port().to_string()])
+        .args(["-P", "/size/43", "--strict", "-o", "5", "-j"])
+        .arg(&report)
+        .output()
+        .expect("h2spec runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let xml = std::fs::read_to_string(&report).expect("h2spec wrote its report");
+    let cases = xml.matches("<testcase ").count();
+    let failed = xml.matches("<failure").count() + xml.matches("<error").count();
+    assert!(cases >= 140, "h2spec ran only {cases} cases:\n{text}");
+    assert_eq!(failed, 0, "h2spec over TLS failed:\n{text}");
+    assert!(out.status.success(), "{text}");
+}
+
 // ---- abuse ----
 
 #[tokio::test]
