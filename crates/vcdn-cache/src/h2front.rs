@@ -186,27 +186,7 @@ where
                     opened += 1;
                     deadline = Instant::now() + idle;
                     let (cache, resets) = (cache.clone(), resets.clone());
-                    match answer_inline(&cache, req, respond) {
-                        Inline::Done => {}
-                        Inline::Spawn(req, respond) => {
-                            streams.spawn(stream(cache, req, respond, peer, resets));
-                        }
-                        Inline::Send(reply, head_only, mut respond) => {
-                            streams.spawn(async move {
-                                let sent = panic::boundary(send_reply(
-                                    &cache, &mut respond, &mut false, reply, head_only, peer,
-                                ))
-                                .await;
-                                match sent {
-                                    Err(_) => respond.send_reset(Reason::INTERNAL_ERROR),
-                                    Ok(false) => {
-                                        resets.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                    Ok(true) => {}
-                                }
-                            });
-                        }
-                    }
+                    streams.spawn(stream(cache, req, respond, peer, resets));
                 }
                 Some(Err(e)) => {
                     ended_by(cache, peer, &e);
@@ -247,66 +227,6 @@ where
     // Dropping the set aborts streams still running: their connection is
     // gone.
     streams.shutdown().await;
-}
-
-/// Bodies up to this size of fresh memory hits are answered from the
-/// connection's own task (h2 buffers them within the stream's window).
-const INLINE_HIT_BODY: usize = 16 << 10;
-
-/// What became of a stream offered to [`answer_inline`].
-enum Inline {
-    /// Answered.
-    Done,
-    /// Not a fresh hit: answer it on a task of its own.
-    Spawn(Request<RecvStream>, SendResponse<Bytes>),
-    /// A hit whose body is too large to send without flow control: send
-    /// this reply on a task of its own.
-    Send(Reply, bool, SendResponse<Bytes>),
-}
-
-/// A GET or HEAD without a body that is a fresh memory hit with a small
-/// body is answered here, from the connection's task: spawning a task per
-/// stream is a large part of what a hit costs over HTTP/2. Anything else
-/// (and a request that panics here) goes to [`stream`], which answers it
-/// within its own boundaries.
-fn answer_inline(
-    cache: &Cache,
-    req: Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
-) -> Inline {
-    if !matches!(*req.method(), http::Method::GET | http::Method::HEAD)
-        || !req.body().is_end_stream()
-    {
-        return Inline::Spawn(req, respond);
-    }
-    let (parts, body) = req.into_parts();
-    let Ok(head) = request_head(cache, &parts, None) else {
-        return Inline::Spawn(Request::from_parts(parts, body), respond);
-    };
-    let reply = match panic::catch(|| at_once(cache, &head)) {
-        Ok(Ok(r)) => r,
-        _ => return Inline::Spawn(Request::from_parts(parts, body), respond),
-    };
-    let head_only = head.method == Method::Head;
-    let no_body =
-        head_only || matches!(reply.body, ReplyBody::Empty) || matches!(reply.status, 204 | 304);
-    let bytes = match &reply.body {
-        _ if no_body => Bytes::new(),
-        ReplyBody::Full(b) | ReplyBody::Shared { bytes: b, .. } if b.len() <= INLINE_HIT_BODY => {
-            b.clone()
-        }
-        _ => return Inline::Send(reply, head_only, respond),
-    };
-    if let Some(s) = &reply.stats {
-        s.served(bytes.len() as u64);
-    }
-    let Ok(mut tx) = respond.send_response(response_head(&reply), no_body) else {
-        return Inline::Done;
-    };
-    if !no_body {
-        let _ = tx.send_data(bytes, true);
-    }
-    Inline::Done
 }
 
 /// Account for an HTTP/2 connection that ended in an error.
