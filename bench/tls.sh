@@ -14,6 +14,8 @@
 #   h2-43B              cached 43 B over HTTP/2, many streams per
 #                       connection (h2load -m STREAMS)
 #   h1-1MiB             cached 1 MiB over HTTPS (wrk): Gbit per CPU-second
+#   plain-1MiB          the same over vcdn's plain port (sendfile): what TLS
+#                       costs per Gbit
 #   idle                memory of idle TLS and HTTP/2 connections (RSS
 #                       growth with N idle connections, per connection)
 # Varnish has no TLS: it is not in these runs.
@@ -40,7 +42,7 @@ PEERS_DIR=$BENCH_DIR/peers
 
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-1}
-SCENARIOS=${SCENARIOS:-handshakes-full handshakes-resumed handshakes-full12 h1-43B h2-43B h1-1MiB idle}
+SCENARIOS=${SCENARIOS:-handshakes-full handshakes-resumed handshakes-full12 h1-43B h2-43B h1-1MiB plain-1MiB idle}
 SERVERS=${SERVERS:-vcdn nginx haproxy}
 CLIENTS=${CLIENTS:-4}
 STREAMS=${STREAMS:-32}
@@ -208,18 +210,21 @@ PY
       wait "${pids[@]}" || true
       units=$(awk '/connections in [0-9.]+ real seconds/ { n += $1 } END { print n + 0 }' "$out")
       ;;
-    h1-43B | h1-1MiB)
-      local path=/size/43 conns=50
-      [[ $sc == h1-1MiB ]] && path=/size/1048576
+    h1-43B | h1-1MiB | plain-1MiB)
+      local path=/size/43 conns=50 target="https://127.0.0.1:${PORT[$s]}"
+      [[ $sc == *1MiB ]] && path=/size/1048576
+      # vcdn's plain port: the same body sent with sendfile(2), the yardstick
+      # for what TLS costs per Gbit.
+      [[ $sc == plain-1MiB ]] && target="http://127.0.0.1:$((BASE_PORT + 1))"
       timeout $((DURATION + 30)) taskset -c "$CLIENT_CPU" wrk -t2 -c"$conns" -d"${DURATION}s" --timeout 5s \
-        -H "Host: $HOST" -s "$TMP/report.lua" "https://127.0.0.1:${PORT[$s]}$path" >"$out" 2>&1 || true
+        -H "Host: $HOST" -s "$TMP/report.lua" "$target$path" >"$out" 2>&1 || true
       local line kv requests=0 bytes=0 duration_us=1 sock_errors=0 non2xx=0 p50_us=0 p99_us=0
       line=$(grep '^BENCH ' "$out" || true)
       [[ -n $line ]] || { cat "$out" >&2; die "no wrk result for $s $sc"; }
       for kv in ${line#BENCH }; do printf -v "${kv%%=*}" '%s' "${kv#*=}"; done
       errs=$((sock_errors + non2xx))
       secs=$(awk -v d="$duration_us" 'BEGIN { printf "%.3f", d / 1e6 }')
-      if [[ $sc == h1-1MiB ]]; then units=$bytes; else units=$requests; fi
+      if [[ $sc == *1MiB ]]; then units=$bytes; else units=$requests; fi
       note="p99 $((p99_us / 1000)) ms"
       ;;
     h2-43B)
@@ -305,18 +310,18 @@ report() {
         for (i = 2; i <= m; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
         return (m % 2) ? v[(m+1)/2] : (v[m/2] + v[m/2+1]) / 2 }
       $1 ~ /^idle-/ { per = ($4 > 0) ? ($6 - $5) / $4 : 0; val[$1, $2, ++cnt[$1, $2]] = per; seen[$1] = 1; srv[$2] = 1; next }
-      { per = ($6 > 0) ? $4 / $6 : 0; if ($1 == "h1-1MiB") per = per * 8 / 1e9
+      { per = ($6 > 0) ? $4 / $6 : 0; if ($1 ~ /1MiB$/) per = per * 8 / 1e9
         val[$1, $2, ++cnt[$1, $2]] = per; rate[$1, $2] = ($5 > 0) ? $4 / $5 : 0; err[$1, $2] += $7; seen[$1] = 1; srv[$2] = 1 }
       END {
-        split("handshakes-full handshakes-resumed handshakes-full12 h1-43B h2-43B h1-1MiB", order, " ")
+        split("handshakes-full handshakes-resumed handshakes-full12 h1-43B h2-43B h1-1MiB plain-1MiB", order, " ")
         unit["handshakes-full"] = "full TLS 1.3 handshakes per CPU-s"; unit["handshakes-resumed"] = "resumed TLS 1.3 handshakes per CPU-s"
         unit["handshakes-full12"] = "full TLS 1.2 handshakes per CPU-s"; unit["h1-43B"] = "cached 43 B, HTTPS/1.1 keep-alive: requests per CPU-s"
-        unit["h2-43B"] = "cached 43 B, HTTP/2: requests per CPU-s"; unit["h1-1MiB"] = "cached 1 MiB, HTTPS/1.1: Gbit per CPU-s"
+        unit["h2-43B"] = "cached 43 B, HTTP/2: requests per CPU-s"; unit["h1-1MiB"] = "cached 1 MiB, HTTPS/1.1: Gbit per CPU-s"; unit["plain-1MiB"] = "cached 1 MiB, plain HTTP (sendfile): Gbit per CPU-s"
         print "| run | vcdn | nginx | HAProxy | vcdn/nginx | vcdn/HAProxy | errors (v/n/h) |"
         print "|---|---:|---:|---:|---:|---:|---|"
-        for (i = 1; i <= 6; i++) { sc = order[i]; if (!(sc in seen)) continue
+        for (i = 1; i <= 7; i++) { sc = order[i]; if (!(sc in seen)) continue
           v = med(sc, "vcdn"); n = med(sc, "nginx"); h = med(sc, "haproxy")
-          f = (sc == "h1-1MiB") ? "%.2f" : "%.0f"
+          f = (sc ~ /1MiB$/) ? "%.2f" : "%.0f"
           printf "| %s | %s | %s | %s | %s | %s | %d/%d/%d |\n", unit[sc], (v >= 0 ? sprintf(f, v) : "-"), (n >= 0 ? sprintf(f, n) : "-"), (h >= 0 ? sprintf(f, h) : "-"),
             ((v > 0 && n > 0) ? sprintf("%.2fx", v / n) : "-"), ((v > 0 && h > 0) ? sprintf("%.2fx", v / h) : "-"), err[sc, "vcdn"], err[sc, "nginx"], err[sc, "haproxy"] }
         if (("idle-tls" in seen) || ("idle-h2" in seen)) {
@@ -369,6 +374,7 @@ main() {
       warm_and_verify "$s"
       for sc in $SCENARIOS; do
         if [[ $s == haproxy && $sc != handshakes-* ]]; then continue; fi
+        if [[ $s != vcdn && $sc == plain-* ]]; then continue; fi
         if [[ $sc == idle ]]; then measure_idle "$s" "$root" "$round"; else measure "$s" "$root" "$sc" "$round"; fi
       done
       stop_tree "$root"
