@@ -202,15 +202,6 @@ cleanup() {
 
 
 
-# Substitute @KEY@ placeholders: render TEMPLATE OUT KEY=VALUE...
-render() {
-  local tmpl=$1 out=$2 kv args=()
-  shift 2
-  for kv in "$@"; do args+=(-e "s#@${kv%%=*}@#${kv#*=}#g"); done
-  sed "${args[@]}" "$tmpl" >"$out"
-  ! grep -q '@[A-Z_]*@' "$out" || die "unrendered placeholder in $out"
-}
-
 # ---------------------------------------------------------------- servers --
 # Each start_* launches the server pinned to CPU 0 in the foreground (no
 # daemonising, so $! is the root of its process tree) and sets LAST_PID.

@@ -93,3 +93,13 @@ end
 EOF
 }
 
+
+# Substitute @KEY@ placeholders of a peer's config template: render TEMPLATE
+# OUT KEY=VALUE... (the caller defines die).
+render() {
+  local tmpl=$1 out=$2 kv args=()
+  shift 2
+  for kv in "$@"; do args+=(-e "s#@${kv%%=*}@#${kv#*=}#g"); done
+  sed "${args[@]}" "$tmpl" >"$out"
+  ! grep -q '@[A-Z_]*@' "$out" || die "unrendered placeholder in $out"
+}

@@ -105,14 +105,6 @@ cleanup() {
   exit "$rc"
 }
 
-render() {
-  local tmpl=$1 out=$2 kv args=()
-  shift 2
-  for kv in "$@"; do args+=(-e "s#@${kv%%=*}@#${kv#*=}#g"); done
-  sed "${args[@]}" "$tmpl" >"$out"
-  ! grep -q '@[A-Z_]*@' "$out" || die "unrendered placeholder in $out"
-}
-
 LAST_PID=""
 start_origin() {
   taskset -c "$CLIENT_CPU" "$VCDN_BIN" origin --listen "127.0.0.1:$ORIGIN_PORT" >"$TMP/origin.log" 2>&1 &
