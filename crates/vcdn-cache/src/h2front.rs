@@ -40,6 +40,7 @@ use vcdn_http::header::is_token;
 use vcdn_http::{parse_request, parse_response, Limits, Method, RequestHead};
 
 use crate::fetch::Piece;
+use crate::interim;
 use crate::metrics::{CacheStatus, HitTally};
 use crate::panic;
 use crate::proxy::{AtOnce, Cache};
@@ -408,14 +409,27 @@ async fn answer_parts(
     let reply = match at_once(cache, &head) {
         Ok(r) => r,
         Err(()) => {
-            let handled = tokio::select! {
-                r = cache.handle(&head, body, peer.ip()) => r,
-                _ = poll_fn(|cx| respond.poll_reset(cx)) => {
-                    resets.fetch_add(1, Ordering::Relaxed);
-                    return;
+            // The upstream's 1xx interim responses (103 Early Hints) go to
+            // the client as informational HEADERS before the final answer,
+            // as the HTTP/1.1 front end writes them (`crate::interim`).
+            let (sink, mut interims) = interim::channel(cache.via());
+            let handled = cache.handle_interim(&head, body, peer.ip(), Some(sink));
+            tokio::pin!(handled);
+            let reply = loop {
+                tokio::select! {
+                    biased;
+                    Some(bytes) = interims.recv() => send_interim(respond, &bytes),
+                    r = &mut handled => break r,
+                    _ = poll_fn(|cx| respond.poll_reset(cx)) => {
+                        resets.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
                 }
             };
-            handled
+            while let Ok(bytes) = interims.try_recv() {
+                send_interim(respond, &bytes);
+            }
+            reply
         }
     };
     if !send_reply(cache, respond, started, reply, head_only, peer).await {
@@ -715,10 +729,23 @@ async fn refuse(
 /// The HTTP/2 response head of a reply's HTTP/1.1 head, without the fields
 /// that describe an HTTP/1.1 connection.
 fn response_head(reply: &Reply) -> Response<()> {
-    let head = Bytes::copy_from_slice(&reply.head);
+    fields(Bytes::copy_from_slice(&reply.head), reply.status)
+}
+
+/// Send one interim response (its HTTP/1.1 head from `crate::interim`) as
+/// informational HEADERS; a stream the client reset is not an error.
+fn send_interim(respond: &mut SendResponse<Bytes>, head: &Bytes) {
+    let resp = fields(head.clone(), 103);
+    if resp.status().is_informational() {
+        let _ = respond.send_informational(resp);
+    }
+}
+
+/// An HTTP/1.1 response head as HTTP/2 fields: status, and the fields
+/// without the connection-specific ones. `status` if it cannot be parsed.
+fn fields(head: Bytes, status: u16) -> Response<()> {
     let mut resp = Response::new(());
-    *resp.status_mut() =
-        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let Ok(Some((parsed, _))) = parse_response(&head, &reply_limits()) else {
         return resp;
     };

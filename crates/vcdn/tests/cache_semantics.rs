@@ -217,6 +217,32 @@ fn early_hints_reach_the_client_and_are_never_stored() {
     assert_eq!(o.count("/hints"), 1);
 }
 
+/// Over HTTP/2 (h2c) the 103 arrives as informational HEADERS before the
+/// answer, and is not stored either.
+#[test]
+fn early_hints_reach_an_http2_client_too() {
+    let o = scripted_origin();
+    let c = cache(o.addr, &[]);
+    let (heads, body) = curl(c.addr, "/hints", &["--http2-prior-knowledge"]);
+    assert_eq!(body, "hinted");
+    let hints = pos(&heads, "HTTP/2 103");
+    let fin = pos(&heads, "HTTP/2 200");
+    assert!(hints < fin, "{heads:#?}");
+    let interim = &heads[hints..fin];
+    assert!(
+        interim.iter().any(|l| l.starts_with("link: </app.js>")),
+        "{heads:#?}"
+    );
+    assert!(
+        !interim.iter().any(|l| l.starts_with("cache-control")),
+        "{heads:#?}"
+    );
+    let (heads, _) = curl(c.addr, "/hints", &["--http2-prior-knowledge"]);
+    assert_eq!(count(&heads, "HTTP/2 103"), 0, "{heads:#?}");
+    assert!(heads.iter().any(|l| l == "x-cache: HIT"), "{heads:#?}");
+    assert_eq!(o.count("/hints"), 1);
+}
+
 /// RFC 9110 §15.2: no 1xx to an HTTP/1.0 client.
 #[test]
 fn an_http10_client_gets_no_interim_response() {
