@@ -80,8 +80,11 @@ pub fn internal_ca(dir: &Path) -> Result<InternalCa, String> {
         return Ok(InternalCa { ca, cert_path: cp });
     }
     let ca = tls::Ca::create("vcdn internal CA", CA_DAYS)?;
-    write_secret(&kp, &ca.key_pem()).map_err(|e| format!("cannot write {}: {e}", kp.display()))?;
+    // The key last: after a crash between the two, the next start finds no
+    // key and makes the CA again.
+    let _ = std::fs::remove_file(&kp);
     write_secret(&cp, &ca.cert_pem).map_err(|e| format!("cannot write {}: {e}", cp.display()))?;
+    write_secret(&kp, &ca.key_pem()).map_err(|e| format!("cannot write {}: {e}", kp.display()))?;
     tracing::info!(cert = %cp.display(), "internal CA created");
     Ok(InternalCa { ca, cert_path: cp })
 }
@@ -163,12 +166,19 @@ fn self_signed(dir: &Path, listen: SocketAddr) -> Result<CertBundle, String> {
                 names = ?b.info.names,
                 "the API certificate expires soon or does not name the API's address: making a new one (clients must trust its new fingerprint)"
             ),
-            Err(e) => return Err(format!("{} / {}: {e}", cp.display(), kp.display())),
+            // Our own files that do not go together (a crash while they
+            // were renewed): made again, like a missing pair.
+            Err(e) => tracing::warn!(
+                cert = %cp.display(),
+                error = %e,
+                "the API certificate and key of the data directory do not go together: making new ones (clients must trust the new fingerprint)"
+            ),
         }
     }
     let made = tls::self_signed(&names, API_DAYS)?;
-    write_secret(&kp, &made.key_pem).map_err(|e| format!("cannot write {}: {e}", kp.display()))?;
+    let _ = std::fs::remove_file(&kp);
     write_secret(&cp, &made.cert_pem).map_err(|e| format!("cannot write {}: {e}", cp.display()))?;
+    write_secret(&kp, &made.key_pem).map_err(|e| format!("cannot write {}: {e}", kp.display()))?;
     let b = tls::parse_bundle(made.cert_pem.as_bytes(), made.key_pem.as_bytes())
         .map_err(|e| e.to_string())?;
     tracing::info!(cert = %cp.display(), fingerprint = %b.info.fingerprint, "API certificate created");
@@ -277,6 +287,31 @@ mod tests {
         std::fs::write(&k, &old.key_pem).unwrap();
         let e = api_certificate(&d, "127.0.0.1:1".parse().unwrap(), &how).unwrap_err();
         assert!(e.contains("expired"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A crash while the files were written leaves a pair that does not go
+    /// together, or a certificate without its key: the next start makes
+    /// them again instead of refusing to start.
+    #[test]
+    fn a_torn_pair_of_files_is_made_again_at_the_next_start() {
+        let d = dir("torn");
+        let at: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let a = api_certificate(&d, at, &ApiTls::SelfSigned)
+            .unwrap()
+            .unwrap();
+        let other = tls::self_signed(&["x.example".into()], 1).unwrap();
+        std::fs::write(d.join(API_KEY), other.key_pem).unwrap();
+        let b = api_certificate(&d, at, &ApiTls::SelfSigned)
+            .unwrap()
+            .unwrap();
+        assert_ne!(a.info.fingerprint, b.info.fingerprint);
+        assert!(b.info.covers("127.0.0.1"));
+        let ca = internal_ca(&d).unwrap();
+        std::fs::remove_file(d.join(CA_KEY)).unwrap();
+        let again = internal_ca(&d).unwrap();
+        assert_ne!(ca.ca.cert_pem, again.ca.cert_pem);
+        assert_eq!(internal_ca(&d).unwrap().ca.cert_pem, again.ca.cert_pem);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
