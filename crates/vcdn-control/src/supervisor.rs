@@ -45,6 +45,10 @@ pub(crate) struct Relaunch {
     last: Instant,
     /// The failure count last reported in an event.
     reported: u32,
+    /// The process that was found gone, kept while relaunches fail (a
+    /// failed launch clears the instance's pid) so that the `healed` event
+    /// names the process it replaced.
+    gone: Option<u32>,
 }
 
 /// How long to wait after the last launch before launch number
@@ -163,11 +167,12 @@ impl Control {
                         }
                         continue;
                     }
-                    let old = i.pid;
+                    let old = i.pid.or(previous.as_ref().and_then(|p| p.gone));
                     let record = Relaunch {
                         failures,
                         last: now,
                         reported,
+                        gone: old,
                     };
                     self.runtime
                         .lock()
