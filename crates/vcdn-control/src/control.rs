@@ -139,6 +139,9 @@ pub struct Control {
     pub metrics: Metrics,
     /// Token every instance's control API requires (kept in the data dir).
     pub instance_token: String,
+    /// Calls instances' admin APIs: HTTPS trusting only the internal CA
+    /// (plain HTTP for an instance recorded without `admin_https`).
+    pub admin: vcdn_http::admin_tls::AdminClient,
     pub(crate) services: Mutex<BTreeMap<String, Service>>,
     pub(crate) runtime: parking_lot::Mutex<HashMap<String, Runtime>>,
     /// Which certificate each cache instance holds.
@@ -230,7 +233,10 @@ impl Control {
             .into_iter()
             .map(|s| (s.id.clone(), s))
             .collect();
+        let admin = crate::pki::instance_admin_client(cfg.internal_ca.as_deref())
+            .map_err(ControlError::Invalid)?;
         Ok(Arc::new(Control {
+            admin,
             cfg,
             store,
             vim,
@@ -256,7 +262,17 @@ impl Control {
                 .map_err(|e| ControlError::Invalid(format!("instance address {a}: {e}")))
         };
         let (upstream, origin_policy) = crate::accel::cache_upstream(s, i);
+        // A certificate of the internal CA for its admin API, made at each
+        // start (the key never leaves this host but in the instance's files).
+        let admin_tls = match &self.cfg.internal_ca {
+            Some(ca) => Some(
+                crate::pki::instance_admin_cert(ca, parse(&i.admin)?)
+                    .map_err(ControlError::Deploy)?,
+            ),
+            None => None,
+        };
         Ok(InstanceSpec {
+            admin_tls,
             id: i.id.clone(),
             identity: i.identity(),
             listen: parse(&i.address)?,
@@ -290,6 +306,7 @@ impl Control {
             .vim
             .start(&spec)
             .map_err(|e| ControlError::Deploy(e.to_string()))?;
+        i.admin_https = spec.admin_tls.is_some();
         i.pid = Some(started.pid);
         i.cpu_limit = started.cpu_limit;
         i.state = InstanceState::Starting;
@@ -558,7 +575,7 @@ impl Control {
     ) -> Result<Service, ControlError> {
         let s = self.find(id, None).await?;
         let instances: Vec<Instance> = s.graph.instances().cloned().collect();
-        if let Err(e) = deployer::wait_ready(&instances, Duration::from_secs(5)).await {
+        if let Err(e) = deployer::wait_ready(&self.admin, &instances, Duration::from_secs(5)).await {
             return Err(self.fail(id, ControlError::Deploy(e)).await);
         }
         if let Err(e) = self.wire_proxies(&s).await {
@@ -700,10 +717,7 @@ impl Control {
         let calls = s.graph.regions.iter().flat_map(|r| r.instances.iter().map(move |i| (r.region.clone(), i.clone()))).map(|(region, i)| {
             let auth = auth.clone();
             async move {
-                let res = match i.admin.parse::<SocketAddr>() {
-                    Ok(a) => vcdn_http::client::request(a, "POST", path, &[("Authorization", &auth), ("Content-Type", "application/json")], body, Duration::from_secs(30)).await.map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
+                let res = deployer::instance_request(&self.admin, &i, "POST", path, &[("Authorization", &auth), ("Content-Type", "application/json")], body, Duration::from_secs(30)).await;
                 match res {
                     Ok(r) => serde_json::json!({"instance": i.id, "region": region, "status": r.status(), "result": serde_json::from_slice::<serde_json::Value>(&r.body).unwrap_or(serde_json::Value::Null)}),
                     Err(e) => serde_json::json!({"instance": i.id, "region": region, "error": e}),

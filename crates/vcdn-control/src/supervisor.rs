@@ -222,7 +222,7 @@ impl Control {
         for (sid, i, old, t0) in healed {
             self.metrics.healed.fetch_add(1, Ordering::Relaxed);
             let ready =
-                deployer::wait_ready(std::slice::from_ref(&i), Duration::from_secs(5)).await;
+                deployer::wait_ready(&self.admin, std::slice::from_ref(&i), Duration::from_secs(5)).await;
             let ms = t0.elapsed().as_secs_f64() * 1000.0;
             self.settle(&sid).await;
             if let Ok(s) = self.find(&sid, None).await {
@@ -281,7 +281,7 @@ impl Control {
         for i in s.graph.instances() {
             ready.insert(
                 i.id.clone(),
-                deployer::wait_ready(std::slice::from_ref(i), Duration::from_millis(300))
+                deployer::wait_ready(&self.admin, std::slice::from_ref(i), Duration::from_millis(300))
                     .await
                     .is_ok(),
             );
@@ -392,7 +392,7 @@ impl Control {
             for r in &s.graph.regions {
                 for i in &r.instances {
                     usage.vcpu_seconds += i.vcpus as f64 * dt.as_secs_f64();
-                    let stats = instance_stats(i, &auth).await;
+                    let stats = instance_stats(&self.admin, i, &auth).await;
                     let mut rt = self.runtime.lock();
                     let rt = rt.entry(s.id.clone()).or_default();
                     let Some(v) = stats else {
@@ -503,7 +503,7 @@ impl Control {
             let vcpu_s = i.vcpus as f64 * dt.as_secs_f64();
             usage.vcpu_seconds += vcpu_s;
             usage.accel.vcpu_seconds += vcpu_s;
-            let stats = instance_stats(i, &auth).await;
+            let stats = instance_stats(&self.admin, i, &auth).await;
             let mut rt = self.runtime.lock();
             let rt = rt.entry(s.id.clone()).or_default();
             let Some(v) = stats else {
@@ -727,7 +727,7 @@ impl Control {
         let snap = s.clone();
         drop(services);
         self.persist(&snap).await;
-        deployer::wait_ready(&added, Duration::from_secs(5))
+        deployer::wait_ready(&self.admin, &added, Duration::from_secs(5))
             .await
             .map_err(ControlError::Deploy)?;
         self.settle(id).await;
@@ -808,10 +808,11 @@ impl Control {
         let t0 = Instant::now();
         let auth = format!("Bearer {}", self.instance_token);
         let mut left = 0.0;
-        if let Ok(addr) = i.admin.parse::<SocketAddr>() {
+        if i.admin.parse::<SocketAddr>().is_ok() {
             while t0.elapsed() < DRAIN {
-                let r = vcdn_http::client::request(
-                    addr,
+                let r = deployer::instance_request(
+                    &self.admin,
+                    &i,
                     "GET",
                     "/stats",
                     &[("Authorization", &auth)],
@@ -975,7 +976,7 @@ impl Control {
                 };
                 let mut i = i.clone();
                 i.pid = Some(pid);
-                if deployer::wait_ready(std::slice::from_ref(&i), Duration::from_millis(300))
+                if deployer::wait_ready(&self.admin, std::slice::from_ref(&i), Duration::from_millis(300))
                     .await
                     .is_ok()
                 {
@@ -1040,10 +1041,14 @@ impl Control {
 /// An instance's `/stats` (cache or proxy), if it answers as itself:
 /// another process on its address is not it, and its counters are not
 /// this instance's usage.
-async fn instance_stats(i: &Instance, auth: &str) -> Option<serde_json::Value> {
-    let addr = i.admin.parse::<SocketAddr>().ok()?;
-    let r = vcdn_http::client::request(
-        addr,
+async fn instance_stats(
+    client: &vcdn_http::admin_tls::AdminClient,
+    i: &Instance,
+    auth: &str,
+) -> Option<serde_json::Value> {
+    let r = deployer::instance_request(
+        client,
+        i,
         "GET",
         "/stats",
         &[("Authorization", auth)],
@@ -1051,6 +1056,7 @@ async fn instance_stats(i: &Instance, auth: &str) -> Option<serde_json::Value> {
         Duration::from_secs(1),
     )
     .await
+    .map_err(|e| tracing::debug!(error = %e, "stats poll failed"))
     .ok()
     .filter(|r| r.status() == 200)?;
     serde_json::from_slice::<serde_json::Value>(&r.body)
