@@ -289,3 +289,81 @@ pub async fn wait_ready(
         Err(errors.join("; "))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vcdn_http::serve::{Response, ServeConfig};
+    use vcdn_http::tls;
+
+    /// An admin API on loopback that claims `identity`, over TLS with
+    /// `cert` (PEM chain, key).
+    async fn admin_api(identity: &str, cert: &tls::MadeCert) -> SocketAddr {
+        let b = tls::parse_bundle(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes()).unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let body = format!("{{\"instance_id\":\"{identity}\"}}");
+        let h: vcdn_http::serve::Handler = std::sync::Arc::new(move |_req| {
+            let body = body.clone();
+            Box::pin(async move { Response::new(200, "application/json", body) })
+        });
+        let cfg = ServeConfig {
+            tls: Some(tls::single_cert_config(b, &[b"http/1.1"])),
+            ..Default::default()
+        };
+        tokio::spawn(vcdn_http::serve::serve(l, cfg, h));
+        addr
+    }
+
+    fn instance(admin: SocketAddr) -> Instance {
+        serde_json::from_value(serde_json::json!({
+            "id": "i-1", "host": "h", "address": "127.0.0.1:1", "admin": admin.to_string(),
+            "admin_https": true, "vcpus": 1, "memory_mib": 256, "state": "starting",
+            "started_at": 0, "nonce": "n1",
+        }))
+        .unwrap()
+    }
+
+    /// The attack: a process on an instance's admin address with a
+    /// certificate of its own, even claiming the instance's identity, is
+    /// refused at once, saying why; the internal CA's certificate passes.
+    #[tokio::test]
+    async fn an_admin_certificate_not_of_the_internal_ca_is_refused_at_once() {
+        let ca = tls::Ca::create("test internal CA", 1).unwrap();
+        let internal = crate::pki::InternalCa {
+            ca,
+            cert_path: "ca.crt".into(),
+        };
+        let client = crate::pki::instance_admin_client(Some(&internal)).unwrap();
+        let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+
+        let good = internal.ca.issue(&names, 1).unwrap();
+        let i = instance(admin_api("i-1.n1", &good).await);
+        wait_ready(&client, std::slice::from_ref(&i), Duration::from_secs(5))
+            .await
+            .unwrap();
+
+        let impostor = tls::self_signed(&names, 1).unwrap();
+        let i = instance(admin_api("i-1.n1", &impostor).await);
+        let t0 = Instant::now();
+        let e = wait_ready(&client, std::slice::from_ref(&i), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(2), "waited {:?}", t0.elapsed());
+        assert!(e.contains("not one the internal CA issued"), "{e}");
+        assert!(e.contains(&format!("https://{}", i.admin)), "{e}");
+        // Every other call says the same, and sends nothing.
+        let e = instance_request(&client, &i, "GET", "/stats", &[], b"", Duration::from_secs(2))
+            .await
+            .unwrap_err();
+        assert!(e.contains("nothing was sent"), "{e}");
+
+        // Another CA's certificate is refused too.
+        let other = tls::Ca::create("another CA", 1).unwrap();
+        let i = instance(admin_api("i-1.n1", &other.issue(&names, 1).unwrap()).await);
+        let e = wait_ready(&client, std::slice::from_ref(&i), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(e.contains("UnknownIssuer"), "{e}");
+    }
+}

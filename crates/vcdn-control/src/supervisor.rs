@@ -970,17 +970,25 @@ impl Control {
             };
             let resumed = s.state == ServiceState::Deploying;
             let mut adopted = Vec::new();
+            let mut not_adopted: Vec<String> = Vec::new();
             for i in s.graph.instances() {
                 let Some(&pid) = found.get(&i.identity()) else {
                     continue;
                 };
                 let mut i = i.clone();
                 i.pid = Some(pid);
-                if deployer::wait_ready(&self.admin, std::slice::from_ref(&i), Duration::from_millis(300))
-                    .await
-                    .is_ok()
+                match deployer::wait_ready(
+                    &self.admin,
+                    std::slice::from_ref(&i),
+                    Duration::from_millis(300),
+                )
+                .await
                 {
-                    adopted.push((i.id.clone(), pid));
+                    Ok(()) => adopted.push((i.id.clone(), pid)),
+                    Err(e) => {
+                        tracing::warn!(service = %id, instance = %i.id, pid, error = %e, "not adopting the process found under the instance's identity: re-creating it");
+                        not_adopted.push(e);
+                    }
                 }
             }
             let mut recreated = 0;
@@ -1028,9 +1036,14 @@ impl Control {
                 &id,
                 "reconciled",
                 &format!(
-                    "control plane restarted{}: {} instances adopted, {recreated} re-created, router configured",
+                    "control plane restarted{}: {} instances adopted, {recreated} re-created, router configured{}",
                     if resumed { " during deployment; deployment finished" } else { "" },
-                    adopted.len()
+                    adopted.len(),
+                    if not_adopted.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; not adopted: {}", not_adopted.join("; "))
+                    }
                 ),
             )
             .await;
