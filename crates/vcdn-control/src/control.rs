@@ -485,6 +485,7 @@ impl Control {
         )?;
         for i in graph.instances_mut() {
             i.nonce = random_hex(8);
+            i.admin_https = self.cfg.internal_ca.is_some();
         }
         // Proxies are billed like caches: part of the plan's vCPUs.
         let planned_vcpus = graph.instances().map(|i| i.vcpus).sum();

@@ -702,6 +702,8 @@ impl Control {
         )?;
         for i in &mut added {
             i.nonce = random_hex(8);
+            // As `launch` records it: `added` is what is waited for.
+            i.admin_https = self.cfg.internal_ca.is_some();
         }
         let mut grown = s.clone();
         let rg = grown
