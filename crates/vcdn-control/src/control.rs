@@ -148,6 +148,10 @@ pub struct Control {
     pub(crate) pushed: parking_lot::Mutex<crate::certificates::Pushed>,
     /// Held while a service's certificate is read and written back.
     pub(crate) cert_writes: Mutex<()>,
+    /// Held while the router is told a service (healing) or told to drop
+    /// it (ending): a heal that finishes after a delete must not put the
+    /// deleted service back.
+    pub(crate) router_writes: Mutex<()>,
 }
 
 pub fn now_s() -> u64 {
@@ -246,6 +250,7 @@ impl Control {
             runtime: parking_lot::Mutex::new(HashMap::new()),
             pushed: parking_lot::Mutex::new(Default::default()),
             cert_writes: Mutex::new(()),
+            router_writes: Mutex::new(()),
         }))
     }
 
@@ -641,8 +646,11 @@ impl Control {
         // Users are sent elsewhere first; then the caches stop while the
         // service is held, so that whoever sees the ended state (the API,
         // the supervisor) finds them gone, and none is healed meanwhile.
-        if let Err(e) = self.cfg.router.delete(id).await {
-            tracing::warn!(service = id, error = %e, "router did not drop the service");
+        {
+            let _router = self.router_writes.lock().await;
+            if let Err(e) = self.cfg.router.delete(id).await {
+                tracing::warn!(service = id, error = %e, "router did not drop the service");
+            }
         }
         let mut services = self.services.lock().await;
         let s = services.get_mut(id)?;

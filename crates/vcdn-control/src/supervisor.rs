@@ -233,8 +233,20 @@ impl Control {
                         tracing::warn!(service = %sid, error = %e, "cannot wire the proxies");
                     }
                 }
-                if let Err(e) = self.cfg.router.put(&s).await {
-                    tracing::warn!(service = %sid, error = %e, "router update failed");
+                // The service as it is now: one deleted meanwhile stays
+                // out of the router.
+                let _router = self.router_writes.lock().await;
+                match self.find(&sid, None).await {
+                    Ok(s) if matches!(
+                        s.state,
+                        ServiceState::Active | ServiceState::Degraded | ServiceState::Deploying
+                    ) =>
+                    {
+                        if let Err(e) = self.cfg.router.put(&s).await {
+                            tracing::warn!(service = %sid, error = %e, "router update failed");
+                        }
+                    }
+                    _ => {}
                 }
             }
             let what = match i.role {
