@@ -668,6 +668,23 @@ async fn a_router_serves_its_admin_api_over_https_with_the_operators_certificate
         err.contains("--admin-tls-cert") && err.contains("expired"),
         "{err}"
     );
+
+    // Without a certificate the admin API is plain HTTP: refused off
+    // loopback, before anything listens.
+    let err = support::refused_to_start(&[
+        "router",
+        "--no-dns",
+        "--http",
+        "127.0.0.1:0",
+        "--admin",
+        "192.0.2.1:8054",
+        "--admin-token",
+        token,
+    ]);
+    assert!(
+        err.contains("192.0.2.1:8054") && err.contains("--admin-insecure-plain-http"),
+        "{err}"
+    );
 }
 
 /// curl to a cache's HTTPS port as a browser would reach the service:
