@@ -581,7 +581,8 @@ impl Control {
     ) -> Result<Service, ControlError> {
         let s = self.find(id, None).await?;
         let instances: Vec<Instance> = s.graph.instances().cloned().collect();
-        if let Err(e) = deployer::wait_ready(&self.admin, &instances, Duration::from_secs(5)).await {
+        if let Err(e) = deployer::wait_ready(&self.admin, &instances, Duration::from_secs(5)).await
+        {
             return Err(self.fail(id, ControlError::Deploy(e)).await);
         }
         if let Err(e) = self.wire_proxies(&s).await {

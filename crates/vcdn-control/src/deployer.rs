@@ -349,13 +349,25 @@ mod tests {
         let e = wait_ready(&client, std::slice::from_ref(&i), Duration::from_secs(5))
             .await
             .unwrap_err();
-        assert!(t0.elapsed() < Duration::from_secs(2), "waited {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "waited {:?}",
+            t0.elapsed()
+        );
         assert!(e.contains("not one the internal CA issued"), "{e}");
         assert!(e.contains(&format!("https://{}", i.admin)), "{e}");
         // Every other call says the same, and sends nothing.
-        let e = instance_request(&client, &i, "GET", "/stats", &[], b"", Duration::from_secs(2))
-            .await
-            .unwrap_err();
+        let e = instance_request(
+            &client,
+            &i,
+            "GET",
+            "/stats",
+            &[],
+            b"",
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap_err();
         assert!(e.contains("nothing was sent"), "{e}");
 
         // Another CA's certificate is refused too.

@@ -221,8 +221,12 @@ impl Control {
         let n = healed.len();
         for (sid, i, old, t0) in healed {
             self.metrics.healed.fetch_add(1, Ordering::Relaxed);
-            let ready =
-                deployer::wait_ready(&self.admin, std::slice::from_ref(&i), Duration::from_secs(5)).await;
+            let ready = deployer::wait_ready(
+                &self.admin,
+                std::slice::from_ref(&i),
+                Duration::from_secs(5),
+            )
+            .await;
             let ms = t0.elapsed().as_secs_f64() * 1000.0;
             self.settle(&sid).await;
             if let Ok(s) = self.find(&sid, None).await {
@@ -237,10 +241,11 @@ impl Control {
                 // out of the router.
                 let _router = self.router_writes.lock().await;
                 match self.find(&sid, None).await {
-                    Ok(s) if matches!(
-                        s.state,
-                        ServiceState::Active | ServiceState::Degraded | ServiceState::Deploying
-                    ) =>
+                    Ok(s)
+                        if matches!(
+                            s.state,
+                            ServiceState::Active | ServiceState::Degraded | ServiceState::Deploying
+                        ) =>
                     {
                         if let Err(e) = self.cfg.router.put(&s).await {
                             tracing::warn!(service = %sid, error = %e, "router update failed");
@@ -293,9 +298,13 @@ impl Control {
         for i in s.graph.instances() {
             ready.insert(
                 i.id.clone(),
-                deployer::wait_ready(&self.admin, std::slice::from_ref(i), Duration::from_millis(300))
-                    .await
-                    .is_ok(),
+                deployer::wait_ready(
+                    &self.admin,
+                    std::slice::from_ref(i),
+                    Duration::from_millis(300),
+                )
+                .await
+                .is_ok(),
             );
         }
         let mut services = self.services.lock().await;

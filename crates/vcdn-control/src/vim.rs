@@ -647,16 +647,19 @@ mod tests {
             cp.display(),
             kp.display()
         );
-        for proxy in [None, Some(ProxySpec {
-            location: "paris".into(),
-            service: "s-1".into(),
-            peers: vec![],
-            egress: "paris".into(),
-            hop_key: "hop-secret".into(),
-            warm: None,
-            controller: None,
-            controller_fingerprint: None,
-        })] {
+        for proxy in [
+            None,
+            Some(ProxySpec {
+                location: "paris".into(),
+                service: "s-1".into(),
+                peers: vec![],
+                egress: "paris".into(),
+                hop_key: "hop-secret".into(),
+                warm: None,
+                controller: None,
+                controller_fingerprint: None,
+            }),
+        ] {
             let (args, _) = command(&spec(proxy), files);
             assert!(args.join(" ").contains(&want), "{args:?}");
         }

@@ -173,6 +173,9 @@ mod tests {
             reachable("[::]:9".parse().unwrap()),
             "[::1]:9".parse().unwrap()
         );
-        assert_eq!(url("127.0.0.2:9".parse().unwrap(), true), "https://127.0.0.2:9");
+        assert_eq!(
+            url("127.0.0.2:9".parse().unwrap(), true),
+            "https://127.0.0.2:9"
+        );
     }
 }

@@ -208,7 +208,12 @@ impl Endpoint {
             addr,
             authority,
             base: String::new(),
-            tls: tls.map(|c| (c, rustls::pki_types::ServerName::IpAddress(addr.ip().into()))),
+            tls: tls.map(|c| {
+                (
+                    c,
+                    rustls::pki_types::ServerName::IpAddress(addr.ip().into()),
+                )
+            }),
         }
     }
 

@@ -207,11 +207,13 @@ struct CacheArgs {
 }
 
 #[derive(Args)]
-#[command(after_help = "The admin API of a cache started with --admin-tls-cert (as vcdn up starts them) is HTTPS: \
+#[command(
+    after_help = "The admin API of a cache started with --admin-tls-cert (as vcdn up starts them) is HTTPS: \
 give its CA (vcdn up's internal CA is DATA_DIR/ca.crt) or its certificate's fingerprint, e.g.
   vcdn cache ctl --admin 127.10.0.1:9080 --ca-file DATA_DIR/ca.crt --token TOKEN stats
   vcdn cache ctl --admin https://127.10.0.1:9080 --fingerprint sha256:AB12... --token TOKEN stats
-A bare address is HTTPS when --ca-file or --fingerprint is given, plain HTTP otherwise (loopback only).")]
+A bare address is HTTPS when --ca-file or --fingerprint is given, plain HTTP otherwise (loopback only)."
+)]
 struct CtlArgs {
     /// The cache's admin address, IP:PORT, or a URL http://IP:PORT or
     /// https://IP:PORT.

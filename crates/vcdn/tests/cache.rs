@@ -1215,7 +1215,14 @@ async fn the_admin_api_over_tls_speaks_https_only_and_plain_off_loopback_is_refu
 
     let ctl = |extra: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_vcdn"))
-            .args(["cache", "ctl", "--admin", &admin.to_string(), "--token", TOKEN])
+            .args([
+                "cache",
+                "ctl",
+                "--admin",
+                &admin.to_string(),
+                "--token",
+                TOKEN,
+            ])
             .args(extra)
             .env_remove("VCDN_CA_FILE")
             .env_remove("VCDN_ADMIN_FINGERPRINT")
@@ -1234,11 +1241,9 @@ async fn the_admin_api_over_tls_speaks_https_only_and_plain_off_loopback_is_refu
     std::fs::write(&ca_file, &ca.cert_pem).unwrap();
     let (ok, out) = ctl(&["--ca-file", ca_file.to_str().unwrap(), "stats"]);
     assert!(ok && out.contains("hit_ratio"), "{out}");
-    let b = vcdn_http::tls::parse_bundle(
-        &std::fs::read(&cp).unwrap(),
-        &std::fs::read(&kp).unwrap(),
-    )
-    .unwrap();
+    let b =
+        vcdn_http::tls::parse_bundle(&std::fs::read(&cp).unwrap(), &std::fs::read(&kp).unwrap())
+            .unwrap();
     let (ok, out) = ctl(&["--fingerprint", &b.info.fingerprint, "purge", "--all"]);
     assert!(ok, "{out}");
     // Not told whom to trust: a bare address is plain HTTP, which the TLS

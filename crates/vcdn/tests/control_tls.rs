@@ -784,7 +784,10 @@ async fn a_service_is_served_over_https_with_its_certificate_pushed_to_the_runni
     // instance's directory), and speaks nothing else.
     let admin: std::net::SocketAddr = cache.flags["--admin"].parse().unwrap();
     let key_file = std::path::PathBuf::from(&cache.flags["--admin-tls-key"]);
-    assert!(key_file.starts_with(up.dir.join("instances")), "{key_file:?}");
+    assert!(
+        key_file.starts_with(up.dir.join("instances")),
+        "{key_file:?}"
+    );
     assert_eq!(mode(&key_file), 0o600);
     let r = client::request(admin, "GET", "/healthz", &[], b"", Duration::from_secs(5)).await;
     assert!(r.is_err(), "plain HTTP answered on the admin port: {r:?}");
@@ -814,8 +817,19 @@ async fn a_service_is_served_over_https_with_its_certificate_pushed_to_the_runni
     // The customer's CA is not the internal one: the CLI refuses the
     // admin certificate and sends no token.
     let (ok, _, err) = vcdn(
-        &["cache", "ctl", "--admin", &admin.to_string(), "--ca-file", &ca_file.display().to_string(), "stats"],
+        &[
+            "cache",
+            "ctl",
+            "--admin",
+            &admin.to_string(),
+            "--ca-file",
+            &ca_file.display().to_string(),
+            "stats",
+        ],
         &[("VCDN_ADMIN_TOKEN", token.trim())],
     );
-    assert!(!ok && err.contains("not trusted") && err.contains("--ca-file"), "{err}");
+    assert!(
+        !ok && err.contains("not trusted") && err.contains("--ca-file"),
+        "{err}"
+    );
 }

@@ -84,7 +84,10 @@ async fn violations(up: &Up) -> Vec<String> {
         for i in instances(s).iter().filter(|i| i["state"] == "running") {
             // Over HTTPS trusting the internal CA only, as the control
             // plane calls it.
-            let Ok(r) = up.instance_admin(i["admin"].as_str().unwrap(), "/healthz").await else {
+            let Ok(r) = up
+                .instance_admin(i["admin"].as_str().unwrap(), "/healthz")
+                .await
+            else {
                 continue;
             };
             let h: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
@@ -473,7 +476,11 @@ async fn an_impostor_with_its_own_admin_certificate_is_not_adopted_and_the_event
     );
     let r = up.instance_admin(&admin, "/healthz").await.unwrap();
     let h: Value = serde_json::from_slice(&r.body).unwrap();
-    assert_eq!(h["instance_id"].as_str(), Some(identity(&victim).as_str()), "{h}");
+    assert_eq!(
+        h["instance_id"].as_str(),
+        Some(identity(&victim).as_str()),
+        "{h}"
+    );
 }
 
 async fn healthz(api: &Api) -> (u16, Value) {

@@ -296,15 +296,30 @@ pub async fn assert_admin_https_only(admin: SocketAddr, ca: &vcdn_http::tls::Ca,
             let auth = token.map(|t| format!("Bearer {t}"));
             let headers: Vec<(&str, &str)> =
                 auth.iter().map(|a| ("Authorization", a.as_str())).collect();
-            client::request_url(&url, &trust, "GET", path, &headers, b"", Duration::from_secs(5))
-                .await
+            client::request_url(
+                &url,
+                &trust,
+                "GET",
+                path,
+                &headers,
+                b"",
+                Duration::from_secs(5),
+            )
+            .await
         }
     };
     let r = get("/healthz", None, trust.clone()).await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text());
     let r = get("/metrics", None, trust.clone()).await.unwrap();
-    assert!(r.status() == 200 && r.text().contains(metric), "{}", r.text());
-    assert_eq!(get("/stats", None, trust.clone()).await.unwrap().status(), 401);
+    assert!(
+        r.status() == 200 && r.text().contains(metric),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        get("/stats", None, trust.clone()).await.unwrap().status(),
+        401
+    );
     let r = get("/stats", Some(TOKEN), trust.clone()).await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text());
     // curl, trusting the CA.
@@ -324,8 +339,11 @@ pub async fn assert_admin_https_only(admin: SocketAddr, ca: &vcdn_http::tls::Ca,
     // Plain HTTP on the TLS port: no HTTP answer, no token taken.
     let mut s = TcpStream::connect(admin).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(format!("GET /stats HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n").as_bytes())
-        .unwrap();
+    s.write_all(
+        format!("GET /stats HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
     let mut got = Vec::new();
     let _ = s.read_to_end(&mut got);
     assert!(
@@ -359,7 +377,12 @@ pub fn refused_to_start(args: &[&str]) -> String {
     loop {
         if let Some(st) = child.try_wait().unwrap() {
             let mut err = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
             assert!(!st.success(), "vcdn {args:?} exited successfully: {err}");
             return err;
         }
