@@ -595,9 +595,9 @@ Try it:
   curl -sN http://{l}/stream?chunks=20                # a chunked stream, cloned to every client
 
 Operate it (admin token: {token}):
-  vcdn cache ctl --admin {a} --token {token} stats
-  vcdn cache ctl --admin {a} --token {token} objects
-  vcdn cache ctl --admin {a} --token {token} purge --prefix /size/
+  vcdn cache ctl --admin http://{a} --token {token} stats
+  vcdn cache ctl --admin http://{a} --token {token} objects
+  vcdn cache ctl --admin http://{a} --token {token} purge --prefix /size/
   curl -s http://{a}/metrics | grep vcdn_cache_requests_total
 
 Stop with Ctrl-C."
