@@ -416,18 +416,21 @@ impl Control {
                     let stats = instance_stats(&self.admin, i, &auth).await;
                     let mut rt = self.runtime.lock();
                     let rt = rt.entry(s.id.clone()).or_default();
-                    let Some(v) = stats else {
-                        let f = rt.failures.entry(i.id.clone()).or_default();
-                        *f += 1;
-                        if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
-                            hung.push(i.clone());
-                            *f = 0;
+                    let v = match stats {
+                        Ok(v) => v,
+                        Err(e) => {
+                            let f = rt.failures.entry(i.id.clone()).or_default();
+                            *f += 1;
+                            if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
+                                hung.push((i.clone(), e));
+                                *f = 0;
+                            }
+                            if i.serving() {
+                                let last = rt.last_load.get(&i.id).copied().unwrap_or(0.0);
+                                *loads.entry(r.region.clone()).or_default() += last;
+                            }
+                            continue;
                         }
-                        if i.serving() {
-                            let last = rt.last_load.get(&i.id).copied().unwrap_or(0.0);
-                            *loads.entry(r.region.clone()).or_default() += last;
-                        }
-                        continue;
                     };
                     rt.failures.remove(&i.id);
                     let requests: u64 = v["requests"]
@@ -485,8 +488,8 @@ impl Control {
                     self.persist(&snap).await;
                 }
             }
-            for i in hung {
-                tracing::warn!(service = %s.id, instance = %i.id, "instance does not answer; restarting it");
+            for (i, why) in hung {
+                tracing::warn!(service = %s.id, instance = %i.id, error = %why, "instance does not answer; restarting it");
                 let vim = self.vim.clone();
                 let (id, pid) = (i.id.clone(), i.pid);
                 let _ = tokio::task::spawn_blocking(move || vim.stop(&id, pid)).await;
@@ -494,7 +497,7 @@ impl Control {
                     &s.id,
                     "unresponsive",
                     &format!(
-                        "instance {} did not answer {UNRESPONSIVE_POLLS} polls in a row; stopped for replacement",
+                        "instance {} did not answer {UNRESPONSIVE_POLLS} polls in a row (last: {why}); stopped for replacement",
                         i.id
                     ),
                 )
@@ -514,7 +517,7 @@ impl Control {
         s: &Service,
         dt: Duration,
         usage: &mut Usage,
-        hung: &mut Vec<Instance>,
+        hung: &mut Vec<(Instance, String)>,
     ) {
         let Some(a) = &s.graph.accel else {
             return;
@@ -527,14 +530,17 @@ impl Control {
             let stats = instance_stats(&self.admin, i, &auth).await;
             let mut rt = self.runtime.lock();
             let rt = rt.entry(s.id.clone()).or_default();
-            let Some(v) = stats else {
-                let f = rt.failures.entry(i.id.clone()).or_default();
-                *f += 1;
-                if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
-                    hung.push(i.clone());
-                    *f = 0;
+            let v = match stats {
+                Ok(v) => v,
+                Err(e) => {
+                    let f = rt.failures.entry(i.id.clone()).or_default();
+                    *f += 1;
+                    if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
+                        hung.push((i.clone(), e));
+                        *f = 0;
+                    }
+                    continue;
                 }
-                continue;
             };
             rt.failures.remove(&i.id);
             let (requests, bytes, cpu) = crate::accel::proxy_counters(&v);
@@ -1076,12 +1082,12 @@ impl Control {
 
 /// An instance's `/stats` (cache or proxy), if it answers as itself:
 /// another process on its address is not it, and its counters are not
-/// this instance's usage.
+/// this instance's usage. Else why not.
 async fn instance_stats(
     client: &vcdn_http::admin_tls::AdminClient,
     i: &Instance,
     auth: &str,
-) -> Option<serde_json::Value> {
+) -> Result<serde_json::Value, String> {
     let r = deployer::instance_request(
         client,
         i,
@@ -1091,13 +1097,18 @@ async fn instance_stats(
         b"",
         Duration::from_secs(1),
     )
-    .await
-    .map_err(|e| tracing::debug!(error = %e, "stats poll failed"))
-    .ok()
-    .filter(|r| r.status() == 200)?;
-    serde_json::from_slice::<serde_json::Value>(&r.body)
-        .ok()
-        .filter(|v| deployer::claimed_identity(v) == i.identity())
+    .await?;
+    if r.status() != 200 {
+        return Err(format!("GET /stats answered {}", r.status()));
+    }
+    let v = serde_json::from_slice::<serde_json::Value>(&r.body)
+        .map_err(|e| format!("GET /stats: {e}"))?;
+    match deployer::claimed_identity(&v) {
+        who if who == i.identity() => Ok(v),
+        who => Err(format!(
+            "another process answers on its admin address (as {who:?})"
+        )),
+    }
 }
 
 #[cfg(test)]
