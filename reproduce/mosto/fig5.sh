@@ -108,7 +108,7 @@ proxy() {
   local peers=() p
   for p in "$@"; do peers+=(--peer "$p=${ADDR[${p%%-*}]}:${PORT[$p]}"); done
   in_ns "$node" env VCDN_LOG=warn VCDN_PROXY_ADMIN_TOKEN=$TOKEN VCDN_PROXY_HOP_KEY=$KEY \
-    "$VCDN" proxy --name "$name" --listen "${ADDR[$node]}:$port" --admin "${ADDR[$node]}:$((port + 1000))" \
+    "$VCDN" proxy --name "$name" --listen "${ADDR[$node]}:$port" --admin "127.0.0.1:$((port + 1000))" \
     --service shop --origin "$ORIGIN_URL" --egress "$egress" --warm "$warm" "${peers[@]}" \
     >"$WORK/proxy-$name.out" 2>&1 &
   wait_line "$WORK/proxy-$name.out" "listening on"
@@ -125,7 +125,7 @@ proxy mid mid-m3 8202 0 q3-m3 q3-m3
 proxy q1 q1-m3 8201 0 q3-m3 mid-m3 q3-m3
 M3_TABLE='{"version":1,"egress":"q3-m3","chains":[{"max_rounds":20,"chain":["q1-m3","mid-m3","q3-m3"]}]}'
 in_ns q1 curl -sf -X PUT -H "Authorization: Bearer $TOKEN" --data "$M3_TABLE" \
-  "http://${ADDR[q1]}:9201/chains" >/dev/null
+  "http://127.0.0.1:9201/chains" >/dev/null
 # vcdn: warm pools, chains from vcdn_policy::chains over the proxies' RTTs.
 proxy back back-v 8305 2 back-v
 proxy q3 q3-v 8304 2 back-v back-v
@@ -159,7 +159,7 @@ print(json.dumps({"version": 1, "egress": "back-v", "chains": classes}))
 EOF
 echo "vcdn chain table: $(cat "$WORK/v-table.json")"
 in_ns front curl -sf -X PUT -H "Authorization: Bearer $TOKEN" --data @"$WORK/v-table.json" \
-  "http://${ADDR[front]}:9301/chains" >/dev/null
+  "http://127.0.0.1:9301/chains" >/dev/null
 
 # The warm single reverse proxy (CloudFront's place): HAProxy next to the
 # client, keeping its connection to the origin (no purge within the run).

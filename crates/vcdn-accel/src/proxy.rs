@@ -75,6 +75,11 @@ pub struct ProxyConfig {
     pub idle_exit: Option<Duration>,
     pub instance_id: Option<String>,
     pub admin_token: Option<String>,
+    /// Serve the admin API over HTTPS with this configuration; without it
+    /// the admin API is plain HTTP, refused off loopback unless
+    /// `admin_insecure_plain_http`.
+    pub admin_tls: Option<Arc<vcdn_http::tls::rustls::ServerConfig>>,
+    pub admin_insecure_plain_http: bool,
     pub controller: Option<String>,
     pub controller_token: Option<String>,
     /// The controller's certificate fingerprint (an `https` controller
@@ -135,6 +140,8 @@ impl ProxyConfig {
             idle_exit: None,
             instance_id: None,
             admin_token: None,
+            admin_tls: None,
+            admin_insecure_plain_http: false,
             controller: None,
             controller_token: None,
             controller_fingerprint: None,
@@ -1390,6 +1397,9 @@ pub async fn start(
     listener: std::net::TcpListener,
     admin: Option<SocketAddr>,
 ) -> Result<Running, String> {
+    if let (Some(a), None) = (admin, &cfg.admin_tls) {
+        vcdn_http::admin_tls::check_plain(a, cfg.admin_insecure_plain_http)?;
+    }
     if cfg.hop_key.is_none() && (!cfg.peers.is_empty() || cfg.egress.is_some()) {
         tracing::warn!("no --hop-key: hop headers from peers will be refused and none can be sent");
     }
@@ -1434,7 +1444,11 @@ pub async fn start(
                 .map_err(|e| format!("cannot listen on admin {a}: {e}"))?;
             let addr = l.local_addr().map_err(|e| e.to_string())?;
             let h = crate::admin::handler(proxy.clone());
-            tokio::spawn(vcdn_http::serve::serve(l, Default::default(), h));
+            let serve = vcdn_http::serve::ServeConfig {
+                tls: proxy.cfg.admin_tls.clone(),
+                ..Default::default()
+            };
+            tokio::spawn(vcdn_http::serve::serve(l, serve, h));
             Some(addr)
         }
         None => None,

@@ -37,6 +37,12 @@ pub struct CacheConfig {
     pub admin: Option<SocketAddr>,
     /// Bearer token the control API requires.
     pub admin_token: Option<String>,
+    /// Serve the control API over HTTPS with this certificate chain and
+    /// its key (PEM). Without them it is plain HTTP, refused off loopback
+    /// unless `admin_insecure_plain_http`.
+    pub admin_tls_cert: Option<PathBuf>,
+    pub admin_tls_key: Option<PathBuf>,
+    pub admin_insecure_plain_http: bool,
     /// Who this process is, as the control plane that started it knows it
     /// (shown in `/healthz` and `/stats`, so that an address answering
     /// is not taken for the right instance when it is another one).
@@ -158,6 +164,9 @@ impl Default for CacheConfig {
             origin_tls_name: None,
             admin: None,
             admin_token: None,
+            admin_tls_cert: None,
+            admin_tls_key: None,
+            admin_insecure_plain_http: false,
             instance_id: None,
             memory: 256 << 20,
             disk: None,

@@ -1,9 +1,8 @@
 //! `vcdn cache ctl`: the control API from the command line.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use vcdn_http::client;
+use vcdn_http::client::Endpoint;
 
 /// One control command.
 #[derive(Debug, Clone)]
@@ -19,9 +18,9 @@ pub enum Command {
     Metrics,
 }
 
-/// Run a command against an admin address; returns the response body, or a
-/// message for the user.
-pub async fn run(admin: SocketAddr, token: &str, cmd: Command) -> Result<String, String> {
+/// Run a command against an admin API (plain or HTTPS, see
+/// [`Endpoint`]); returns the response body, or a message for the user.
+pub async fn run(admin: &Endpoint, token: &str, cmd: Command) -> Result<String, String> {
     let auth = format!("Bearer {token}");
     let headers = [
         ("Authorization", auth.as_str()),
@@ -61,16 +60,26 @@ pub async fn run(admin: SocketAddr, token: &str, cmd: Command) -> Result<String,
             serde_json::json!({ "url": u }).to_string(),
         ),
     };
-    let resp = client::request(
-        admin,
-        method,
-        &path,
-        &headers,
-        body.as_bytes(),
-        Duration::from_secs(60),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let resp = admin
+        .request(
+            method,
+            &path,
+            &headers,
+            body.as_bytes(),
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|e| match e {
+            vcdn_http::client::ClientError::FingerprintMismatch { addr, seen } => format!(
+                "the admin API at {addr} presented a certificate with fingerprint {seen}, not the one given (--fingerprint): refusing to send the token"
+            ),
+            e if admin.is_https() => format!(
+                "{e}\n(the admin API is HTTPS: trust its CA with --ca-file or VCDN_CA_FILE (vcdn up's is DATA_DIR/ca.crt), or its certificate with --fingerprint)"
+            ),
+            e => format!(
+                "{e}\n(a cache started with --admin-tls-cert needs https://ADDR or --ca-file/--fingerprint)"
+            ),
+        })?;
     if resp.status() >= 400 {
         let detail = serde_json::from_slice::<serde_json::Value>(&resp.body)
             .ok()

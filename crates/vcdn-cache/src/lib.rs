@@ -93,6 +93,20 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
     let cache = Arc::new(Cache::new(cfg)?);
     panic::install_hook();
     let cfg = &cache.cfg;
+    // The admin API's TLS, checked before anything listens.
+    let admin_tls = match cfg.admin {
+        Some(a) => {
+            let t = vcdn_http::admin_tls::server_config_from(
+                cfg.admin_tls_cert.as_deref(),
+                cfg.admin_tls_key.as_deref(),
+            )?;
+            if t.is_none() {
+                vcdn_http::admin_tls::check_plain(a, cfg.admin_insecure_plain_http)?;
+            }
+            t
+        }
+        None => None,
+    };
     let threads = match cfg.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -165,7 +179,10 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                         Ok(a) => {
                             vcdn_http::serve::serve(
                                 a,
-                                vcdn_http::serve::ServeConfig::default(),
+                                vcdn_http::serve::ServeConfig {
+                                    tls: admin_tls,
+                                    ..Default::default()
+                                },
                                 admin::handler(cache),
                             )
                             .await

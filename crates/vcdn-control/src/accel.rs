@@ -234,26 +234,23 @@ impl Control {
         for p in a.proxies.iter().filter(|p| p.serving()) {
             let loc = p.location.as_deref().unwrap_or("");
             let body = peers_body(a, loc).to_string();
-            let r = match p.admin.parse::<SocketAddr>() {
-                Ok(addr) => vcdn_http::client::request(
-                    addr,
-                    "PUT",
-                    "/peers",
-                    &[
-                        ("Authorization", &auth),
-                        ("Content-Type", "application/json"),
-                    ],
-                    body.as_bytes(),
-                    Duration::from_secs(2),
-                )
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| match r.status() {
-                    200..=299 => Ok(()),
-                    st => Err(format!("answered {st}: {}", r.text().trim())),
-                }),
-                Err(e) => Err(e.to_string()),
-            };
+            let r = crate::deployer::instance_request(
+                &self.admin,
+                p,
+                "PUT",
+                "/peers",
+                &[
+                    ("Authorization", &auth),
+                    ("Content-Type", "application/json"),
+                ],
+                body.as_bytes(),
+                Duration::from_secs(2),
+            )
+            .await
+            .and_then(|r| match r.status() {
+                200..=299 => Ok(()),
+                st => Err(format!("answered {st}: {}", r.text().trim())),
+            });
             if let Err(e) = r {
                 errors.push(format!("proxy {} ({loc}) PUT /peers: {e}", p.id));
             }
@@ -276,6 +273,7 @@ pub(crate) mod tests {
             host: format!("{loc}-1"),
             address: format!("{addr}:8080"),
             admin: format!("{addr}:9080"),
+            admin_https: false,
             vcpus: 1,
             memory_mib: 256,
             state: InstanceState::Running,

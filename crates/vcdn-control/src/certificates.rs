@@ -13,7 +13,6 @@
 //! certificate of a service that ended.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -309,14 +308,15 @@ impl Control {
         if self.cfg.instance_tls_port.is_none() {
             return;
         }
-        let targets: Vec<(String, Option<u32>, String)> = s
+        let targets: Vec<crate::types::Instance> = s
             .graph
             .instances()
             .filter(|i| i.role == Role::Cache)
-            .map(|i| (i.id.clone(), i.pid, i.admin.clone()))
+            .cloned()
             .collect();
-        for (id, pid, admin) in targets {
-            let ok = self.push(&admin, c).await;
+        for i in targets {
+            let (id, pid) = (i.id.clone(), i.pid);
+            let ok = self.push(&i, c).await;
             let mut p = self.pushed.lock();
             match ok {
                 Ok(()) => {
@@ -331,12 +331,25 @@ impl Control {
     }
 
     /// `PUT /tls/certificates/{hostname}` on one cache's admin API.
-    async fn push(&self, admin: &str, c: &ServiceCert) -> Result<(), String> {
-        let addr: SocketAddr = admin.parse().map_err(|e| format!("{admin}: {e}"))?;
+    async fn push(&self, i: &crate::types::Instance, c: &ServiceCert) -> Result<(), String> {
+        let admin = &i.admin;
+        // A private key goes in clear only to a loopback address (an
+        // instance recorded before admin APIs had TLS).
+        if !i.admin_https
+            && !admin
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|a| a.ip().is_loopback())
+        {
+            return Err(format!(
+                "instance {}: its admin API {admin} is plain HTTP off loopback: a private key is not sent in clear (it gets an HTTPS admin API when it is restarted)",
+                i.id
+            ));
+        }
         let body = json!({"cert_pem": c.cert_pem, "key_pem": c.key_pem}).to_string();
         let auth = format!("Bearer {}", self.instance_token);
-        let r = vcdn_http::client::request(
-            addr,
+        let r = crate::deployer::instance_request(
+            &self.admin,
+            i,
             "PUT",
             &format!("/tls/certificates/{}", c.hostname),
             &[
@@ -346,8 +359,7 @@ impl Control {
             body.as_bytes(),
             Duration::from_secs(5),
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         if r.status() == 200 {
             Ok(())
         } else {
@@ -448,7 +460,7 @@ impl Control {
                         continue;
                     }
                 }
-                let r = self.push(&i.admin, &c).await;
+                let r = self.push(i, &c).await;
                 let mut p = self.pushed.lock();
                 match r {
                     Ok(()) => {

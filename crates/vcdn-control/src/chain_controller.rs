@@ -11,7 +11,6 @@
 //! last table while it is down.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -252,15 +251,15 @@ impl Control {
         };
         let auth = format!("Bearer {}", self.instance_token);
         for p in a.proxies.iter().filter(|p| p.serving()) {
-            let (Some(loc), Ok(admin)) = (p.location.as_deref(), p.admin.parse::<SocketAddr>())
-            else {
+            let Some(loc) = p.location.as_deref() else {
                 continue;
             };
             let Some(t) = computed.get(loc) else { continue };
             let mut body = t.clone();
             body["version"] = json!(version);
-            let r = vcdn_http::client::request(
-                admin,
+            let r = crate::deployer::instance_request(
+                &self.admin,
+                p,
                 "PUT",
                 "/chains",
                 &[

@@ -139,12 +139,19 @@ pub struct Control {
     pub metrics: Metrics,
     /// Token every instance's control API requires (kept in the data dir).
     pub instance_token: String,
+    /// Calls instances' admin APIs: HTTPS trusting only the internal CA
+    /// (plain HTTP for an instance recorded without `admin_https`).
+    pub admin: vcdn_http::admin_tls::AdminClient,
     pub(crate) services: Mutex<BTreeMap<String, Service>>,
     pub(crate) runtime: parking_lot::Mutex<HashMap<String, Runtime>>,
     /// Which certificate each cache instance holds.
     pub(crate) pushed: parking_lot::Mutex<crate::certificates::Pushed>,
     /// Held while a service's certificate is read and written back.
     pub(crate) cert_writes: Mutex<()>,
+    /// Held while the router is told a service (healing) or told to drop
+    /// it (ending): a heal that finishes after a delete must not put the
+    /// deleted service back.
+    pub(crate) router_writes: Mutex<()>,
 }
 
 pub fn now_s() -> u64 {
@@ -230,7 +237,10 @@ impl Control {
             .into_iter()
             .map(|s| (s.id.clone(), s))
             .collect();
+        let admin = crate::pki::instance_admin_client(cfg.internal_ca.as_deref())
+            .map_err(ControlError::Invalid)?;
         Ok(Arc::new(Control {
+            admin,
             cfg,
             store,
             vim,
@@ -240,6 +250,7 @@ impl Control {
             runtime: parking_lot::Mutex::new(HashMap::new()),
             pushed: parking_lot::Mutex::new(Default::default()),
             cert_writes: Mutex::new(()),
+            router_writes: Mutex::new(()),
         }))
     }
 
@@ -256,7 +267,17 @@ impl Control {
                 .map_err(|e| ControlError::Invalid(format!("instance address {a}: {e}")))
         };
         let (upstream, origin_policy) = crate::accel::cache_upstream(s, i);
+        // A certificate of the internal CA for its admin API, made at each
+        // start (the key never leaves this host but in the instance's files).
+        let admin_tls = match &self.cfg.internal_ca {
+            Some(ca) => Some(
+                crate::pki::instance_admin_cert(ca, parse(&i.admin)?)
+                    .map_err(ControlError::Deploy)?,
+            ),
+            None => None,
+        };
         Ok(InstanceSpec {
+            admin_tls,
             id: i.id.clone(),
             identity: i.identity(),
             listen: parse(&i.address)?,
@@ -290,6 +311,7 @@ impl Control {
             .vim
             .start(&spec)
             .map_err(|e| ControlError::Deploy(e.to_string()))?;
+        i.admin_https = spec.admin_tls.is_some();
         i.pid = Some(started.pid);
         i.cpu_limit = started.cpu_limit;
         i.state = InstanceState::Starting;
@@ -468,6 +490,7 @@ impl Control {
         )?;
         for i in graph.instances_mut() {
             i.nonce = random_hex(8);
+            i.admin_https = self.cfg.internal_ca.is_some();
         }
         // Proxies are billed like caches: part of the plan's vCPUs.
         let planned_vcpus = graph.instances().map(|i| i.vcpus).sum();
@@ -558,7 +581,8 @@ impl Control {
     ) -> Result<Service, ControlError> {
         let s = self.find(id, None).await?;
         let instances: Vec<Instance> = s.graph.instances().cloned().collect();
-        if let Err(e) = deployer::wait_ready(&instances, Duration::from_secs(5)).await {
+        if let Err(e) = deployer::wait_ready(&self.admin, &instances, Duration::from_secs(5)).await
+        {
             return Err(self.fail(id, ControlError::Deploy(e)).await);
         }
         if let Err(e) = self.wire_proxies(&s).await {
@@ -623,8 +647,11 @@ impl Control {
         // Users are sent elsewhere first; then the caches stop while the
         // service is held, so that whoever sees the ended state (the API,
         // the supervisor) finds them gone, and none is healed meanwhile.
-        if let Err(e) = self.cfg.router.delete(id).await {
-            tracing::warn!(service = id, error = %e, "router did not drop the service");
+        {
+            let _router = self.router_writes.lock().await;
+            if let Err(e) = self.cfg.router.delete(id).await {
+                tracing::warn!(service = id, error = %e, "router did not drop the service");
+            }
         }
         let mut services = self.services.lock().await;
         let s = services.get_mut(id)?;
@@ -700,10 +727,7 @@ impl Control {
         let calls = s.graph.regions.iter().flat_map(|r| r.instances.iter().map(move |i| (r.region.clone(), i.clone()))).map(|(region, i)| {
             let auth = auth.clone();
             async move {
-                let res = match i.admin.parse::<SocketAddr>() {
-                    Ok(a) => vcdn_http::client::request(a, "POST", path, &[("Authorization", &auth), ("Content-Type", "application/json")], body, Duration::from_secs(30)).await.map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
+                let res = deployer::instance_request(&self.admin, &i, "POST", path, &[("Authorization", &auth), ("Content-Type", "application/json")], body, Duration::from_secs(30)).await;
                 match res {
                     Ok(r) => serde_json::json!({"instance": i.id, "region": region, "status": r.status(), "result": serde_json::from_slice::<serde_json::Value>(&r.body).unwrap_or(serde_json::Value::Null)}),
                     Err(e) => serde_json::json!({"instance": i.id, "region": region, "error": e}),

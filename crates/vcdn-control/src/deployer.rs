@@ -5,6 +5,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use vcdn_http::admin_tls::AdminClient;
+use vcdn_http::client::{ClientError, ClientResponse};
 use vcdn_router::config::{AccelConfig, CacheEndpoint, ServiceConfig, ServiceRegion};
 
 use crate::types::{Instance, Service, ServiceState};
@@ -106,6 +108,7 @@ fn endpoint(i: &Instance) -> Option<CacheEndpoint> {
     Some(CacheEndpoint {
         address: i.address.parse().ok()?,
         admin: i.admin.parse().ok(),
+        admin_https: i.admin_https,
         max_connections: None,
     })
 }
@@ -176,36 +179,80 @@ pub fn claimed_identity(v: &serde_json::Value) -> &str {
         .unwrap_or("")
 }
 
+/// One request to an instance's admin API: HTTPS verified against the
+/// internal CA when the instance was started with an admin certificate,
+/// plain HTTP for one recorded before. A certificate the CA did not issue
+/// fails the handshake before the token (or a customer's key) is sent.
+#[allow(clippy::too_many_arguments)]
+pub async fn instance_request(
+    client: &AdminClient,
+    i: &Instance,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Result<ClientResponse, String> {
+    let addr: SocketAddr = i
+        .admin
+        .parse()
+        .map_err(|e| format!("instance {}: bad admin address {}: {e}", i.id, i.admin))?;
+    client
+        .request(addr, i.admin_https, method, path, headers, body, timeout)
+        .await
+        .map_err(|e| admin_error(i, addr, &e))
+}
+
+/// What a failed admin call means, for logs and events.
+fn admin_error(i: &Instance, addr: SocketAddr, e: &ClientError) -> String {
+    let url = vcdn_http::admin_tls::url(addr, i.admin_https);
+    match e {
+        ClientError::Tls(_, m) if e.is_untrusted_certificate() => format!(
+            "instance {}: {url}: TLS handshake failed: {m}; the certificate there is not one the internal CA issued (another process may hold the address): nothing was sent",
+            i.id
+        ),
+        e => format!("instance {}: {url}: {e}", i.id),
+    }
+}
+
 /// Polls each instance's `/healthz` until all answer 200 with their own
 /// identity, or says which did not within `limit`. Something else
 /// answering on an instance's address is a conflict, said at once: the
-/// instance cannot bind it, so waiting would not help.
-pub async fn wait_ready(instances: &[Instance], limit: Duration) -> Result<(), String> {
+/// instance cannot bind it, so waiting would not help. So is an HTTPS
+/// admin address whose certificate the internal CA did not issue.
+pub async fn wait_ready(
+    client: &AdminClient,
+    instances: &[Instance],
+    limit: Duration,
+) -> Result<(), String> {
     let deadline = Instant::now() + limit;
     let waits = instances.iter().map(|i| async move {
         let (id, admin, identity) = (&i.id, &i.admin, i.identity());
         let addr: SocketAddr = admin
             .parse()
             .map_err(|e| format!("instance {id}: bad admin address {admin}: {e}"))?;
+        let url = vcdn_http::admin_tls::url(addr, i.admin_https);
         let mut pause = Duration::from_millis(1);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(format!(
-                    "instance {id} did not answer on http://{addr}/healthz within {limit:?}"
+                    "instance {id} did not answer on {url}/healthz within {limit:?}"
                 ));
             }
-            let r = vcdn_http::client::request(
-                addr,
-                "GET",
-                "/healthz",
-                &[],
-                b"",
-                left.min(Duration::from_millis(500)),
-            )
-            .await;
-            if let Ok(r) = &r {
-                if r.status() == 200 {
+            let r = client
+                .request(
+                    addr,
+                    i.admin_https,
+                    "GET",
+                    "/healthz",
+                    &[],
+                    b"",
+                    left.min(Duration::from_millis(500)),
+                )
+                .await;
+            match &r {
+                Ok(r) if r.status() == 200 => {
                     let v: serde_json::Value =
                         serde_json::from_slice(&r.body).unwrap_or_default();
                     let who = claimed_identity(&v);
@@ -213,10 +260,16 @@ pub async fn wait_ready(instances: &[Instance], limit: Duration) -> Result<(), S
                         return Ok(());
                     }
                     return Err(format!(
-                        "conflict: another process answers on instance {id}'s address http://{addr}/healthz ({}), so {id} cannot serve there",
+                        "conflict: another process answers on instance {id}'s address {url}/healthz ({}), so {id} cannot serve there",
                         if who.is_empty() { "with no instance id".to_string() } else { format!("as instance {who}") }
                     ));
                 }
+                Err(e) if e.is_untrusted_certificate() => {
+                    let e = admin_error(i, addr, e);
+                    tracing::warn!(instance = %id, error = %e, "admin certificate refused");
+                    return Err(format!("conflict: {e}"));
+                }
+                _ => {}
             }
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(Duration::from_millis(20));
@@ -234,5 +287,95 @@ pub async fn wait_ready(instances: &[Instance], limit: Duration) -> Result<(), S
         Ok(())
     } else {
         Err(errors.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vcdn_http::serve::{Response, ServeConfig};
+    use vcdn_http::tls;
+
+    /// An admin API on loopback that claims `identity`, over TLS with
+    /// `cert` (PEM chain, key).
+    async fn admin_api(identity: &str, cert: &tls::MadeCert) -> SocketAddr {
+        let b = tls::parse_bundle(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes()).unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let body = format!("{{\"instance_id\":\"{identity}\"}}");
+        let h: vcdn_http::serve::Handler = std::sync::Arc::new(move |_req| {
+            let body = body.clone();
+            Box::pin(async move { Response::new(200, "application/json", body) })
+        });
+        let cfg = ServeConfig {
+            tls: Some(tls::single_cert_config(b, &[b"http/1.1"])),
+            ..Default::default()
+        };
+        tokio::spawn(vcdn_http::serve::serve(l, cfg, h));
+        addr
+    }
+
+    fn instance(admin: SocketAddr) -> Instance {
+        serde_json::from_value(serde_json::json!({
+            "id": "i-1", "host": "h", "address": "127.0.0.1:1", "admin": admin.to_string(),
+            "admin_https": true, "vcpus": 1, "memory_mib": 256, "state": "starting",
+            "started_at": 0, "nonce": "n1",
+        }))
+        .unwrap()
+    }
+
+    /// The attack: a process on an instance's admin address with a
+    /// certificate of its own, even claiming the instance's identity, is
+    /// refused at once, saying why; the internal CA's certificate passes.
+    #[tokio::test]
+    async fn an_admin_certificate_not_of_the_internal_ca_is_refused_at_once() {
+        let ca = tls::Ca::create("test internal CA", 1).unwrap();
+        let internal = crate::pki::InternalCa {
+            ca,
+            cert_path: "ca.crt".into(),
+        };
+        let client = crate::pki::instance_admin_client(Some(&internal)).unwrap();
+        let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+
+        let good = internal.ca.issue(&names, 1).unwrap();
+        let i = instance(admin_api("i-1.n1", &good).await);
+        wait_ready(&client, std::slice::from_ref(&i), Duration::from_secs(5))
+            .await
+            .unwrap();
+
+        let impostor = tls::self_signed(&names, 1).unwrap();
+        let i = instance(admin_api("i-1.n1", &impostor).await);
+        let t0 = Instant::now();
+        let e = wait_ready(&client, std::slice::from_ref(&i), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "waited {:?}",
+            t0.elapsed()
+        );
+        assert!(e.contains("not one the internal CA issued"), "{e}");
+        assert!(e.contains(&format!("https://{}", i.admin)), "{e}");
+        // Every other call says the same, and sends nothing.
+        let e = instance_request(
+            &client,
+            &i,
+            "GET",
+            "/stats",
+            &[],
+            b"",
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.contains("nothing was sent"), "{e}");
+
+        // Another CA's certificate is refused too.
+        let other = tls::Ca::create("another CA", 1).unwrap();
+        let i = instance(admin_api("i-1.n1", &other.issue(&names, 1).unwrap()).await);
+        let e = wait_ready(&client, std::slice::from_ref(&i), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(e.contains("UnknownIssuer"), "{e}");
     }
 }

@@ -165,6 +165,10 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     // CA (made anew at each start), which the control plane trusts.
     let internal_ca = Arc::new(pki::internal_ca(&o.data_dir)?);
     let router_tls = pki::router_admin_tls(&internal_ca, o.router_admin)?;
+    let internal_trust = vcdn_http::tls::Trust::Bundle(
+        vcdn_http::tls::parse_chain(internal_ca.ca.cert_pem.as_bytes())
+            .map_err(|e| e.to_string())?,
+    );
     let (_router, l) = vcdn_router::start(
         rcfg,
         vcdn_router::RouterOptions {
@@ -173,6 +177,9 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
             admin: Some(o.router_admin),
             admin_token: Some(router_token.clone()),
             admin_tls: Some(router_tls),
+            // The caches' admin APIs are HTTPS with certificates of the
+            // internal CA, which the health checks trust alone.
+            cache_admin_trust: Some(internal_trust.clone()),
         },
     )
     .await?;
@@ -197,10 +204,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         router: deployer::RouterLink {
             admin: router_admin,
             token: router_token,
-            trust: Some(vcdn_http::tls::Trust::Bundle(
-                vcdn_http::tls::parse_chain(internal_ca.ca.cert_pem.as_bytes())
-                    .map_err(|e| e.to_string())?,
-            )),
+            trust: Some(internal_trust),
         },
         dns: l.dns,
         http_routing: l.http,

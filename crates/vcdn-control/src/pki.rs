@@ -185,6 +185,11 @@ fn self_signed(dir: &Path, listen: SocketAddr) -> Result<CertBundle, String> {
     Ok(b)
 }
 
+/// An admin API's certificate of the internal CA lives this long (days):
+/// made anew at each start of its server, so this bounds only how long one
+/// process may run without a restart and still be trusted.
+const ADMIN_DAYS: u32 = 825;
+
 /// The router admin API's TLS under `vcdn up`: a certificate of the
 /// internal CA for the admin address (and `localhost`, `127.0.0.1`, `::1`),
 /// made anew at each start and kept in memory only.
@@ -192,10 +197,39 @@ pub fn router_admin_tls(
     ca: &InternalCa,
     admin: SocketAddr,
 ) -> Result<Arc<tls::rustls::ServerConfig>, String> {
-    let made = ca.ca.issue(&api_names(admin), 825)?;
+    let made = ca.ca.issue(&api_names(admin), ADMIN_DAYS)?;
     let b = tls::parse_bundle(made.cert_pem.as_bytes(), made.key_pem.as_bytes())
         .map_err(|e| format!("the internal CA issued an unusable certificate: {e}"))?;
     Ok(tls::single_cert_config(b, &[b"http/1.1"]))
+}
+
+/// A cache's or proxy's admin API certificate: of the internal CA, for its
+/// admin address (and `localhost`, `127.0.0.1`, `::1`), made at each
+/// start of the instance and handed to it by the VIM driver as files.
+pub fn instance_admin_cert(
+    ca: &InternalCa,
+    admin: SocketAddr,
+) -> Result<crate::vim::AdminCert, String> {
+    let made = ca.ca.issue(&api_names(admin), ADMIN_DAYS)?;
+    Ok(crate::vim::AdminCert {
+        cert_pem: made.cert_pem,
+        key_pem: made.key_pem,
+    })
+}
+
+/// How the control plane calls instances' admin APIs: over HTTPS it
+/// trusts the internal CA only (no system root, no other certificate);
+/// without a CA (tests, an embedding without one) nothing is trusted and
+/// instances are started with plain admin APIs.
+pub fn instance_admin_client(
+    ca: Option<&InternalCa>,
+) -> Result<vcdn_http::admin_tls::AdminClient, String> {
+    let roots = match ca {
+        Some(ca) => tls::parse_chain(ca.ca.cert_pem.as_bytes())
+            .map_err(|e| format!("the internal CA's certificate: {e}"))?,
+        None => Vec::new(),
+    };
+    vcdn_http::admin_tls::AdminClient::new(&tls::Trust::Bundle(roots))
 }
 
 /// The server configuration of the API for a certificate.

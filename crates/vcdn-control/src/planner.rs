@@ -498,6 +498,7 @@ fn place_in(
                 host: hosts[h].0.name.clone(),
                 address: SocketAddr::from((ip, fleet.instance_port)).to_string(),
                 admin: SocketAddr::from((ip, fleet.admin_port)).to_string(),
+                admin_https: false,
                 vcpus: shape.vcpus,
                 memory_mib: shape.memory_mib,
                 state: InstanceState::Starting,

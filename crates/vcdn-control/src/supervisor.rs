@@ -221,8 +221,12 @@ impl Control {
         let n = healed.len();
         for (sid, i, old, t0) in healed {
             self.metrics.healed.fetch_add(1, Ordering::Relaxed);
-            let ready =
-                deployer::wait_ready(std::slice::from_ref(&i), Duration::from_secs(5)).await;
+            let ready = deployer::wait_ready(
+                &self.admin,
+                std::slice::from_ref(&i),
+                Duration::from_secs(5),
+            )
+            .await;
             let ms = t0.elapsed().as_secs_f64() * 1000.0;
             self.settle(&sid).await;
             if let Ok(s) = self.find(&sid, None).await {
@@ -233,8 +237,21 @@ impl Control {
                         tracing::warn!(service = %sid, error = %e, "cannot wire the proxies");
                     }
                 }
-                if let Err(e) = self.cfg.router.put(&s).await {
-                    tracing::warn!(service = %sid, error = %e, "router update failed");
+                // The service as it is now: one deleted meanwhile stays
+                // out of the router.
+                let _router = self.router_writes.lock().await;
+                match self.find(&sid, None).await {
+                    Ok(s)
+                        if matches!(
+                            s.state,
+                            ServiceState::Active | ServiceState::Degraded | ServiceState::Deploying
+                        ) =>
+                    {
+                        if let Err(e) = self.cfg.router.put(&s).await {
+                            tracing::warn!(service = %sid, error = %e, "router update failed");
+                        }
+                    }
+                    _ => {}
                 }
             }
             let what = match i.role {
@@ -281,9 +298,13 @@ impl Control {
         for i in s.graph.instances() {
             ready.insert(
                 i.id.clone(),
-                deployer::wait_ready(std::slice::from_ref(i), Duration::from_millis(300))
-                    .await
-                    .is_ok(),
+                deployer::wait_ready(
+                    &self.admin,
+                    std::slice::from_ref(i),
+                    Duration::from_millis(300),
+                )
+                .await
+                .is_ok(),
             );
         }
         let mut services = self.services.lock().await;
@@ -392,21 +413,24 @@ impl Control {
             for r in &s.graph.regions {
                 for i in &r.instances {
                     usage.vcpu_seconds += i.vcpus as f64 * dt.as_secs_f64();
-                    let stats = instance_stats(i, &auth).await;
+                    let stats = instance_stats(&self.admin, i, &auth).await;
                     let mut rt = self.runtime.lock();
                     let rt = rt.entry(s.id.clone()).or_default();
-                    let Some(v) = stats else {
-                        let f = rt.failures.entry(i.id.clone()).or_default();
-                        *f += 1;
-                        if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
-                            hung.push(i.clone());
-                            *f = 0;
+                    let v = match stats {
+                        Ok(v) => v,
+                        Err(e) => {
+                            let f = rt.failures.entry(i.id.clone()).or_default();
+                            *f += 1;
+                            if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
+                                hung.push((i.clone(), e));
+                                *f = 0;
+                            }
+                            if i.serving() {
+                                let last = rt.last_load.get(&i.id).copied().unwrap_or(0.0);
+                                *loads.entry(r.region.clone()).or_default() += last;
+                            }
+                            continue;
                         }
-                        if i.serving() {
-                            let last = rt.last_load.get(&i.id).copied().unwrap_or(0.0);
-                            *loads.entry(r.region.clone()).or_default() += last;
-                        }
-                        continue;
                     };
                     rt.failures.remove(&i.id);
                     let requests: u64 = v["requests"]
@@ -464,8 +488,8 @@ impl Control {
                     self.persist(&snap).await;
                 }
             }
-            for i in hung {
-                tracing::warn!(service = %s.id, instance = %i.id, "instance does not answer; restarting it");
+            for (i, why) in hung {
+                tracing::warn!(service = %s.id, instance = %i.id, error = %why, "instance does not answer; restarting it");
                 let vim = self.vim.clone();
                 let (id, pid) = (i.id.clone(), i.pid);
                 let _ = tokio::task::spawn_blocking(move || vim.stop(&id, pid)).await;
@@ -473,7 +497,7 @@ impl Control {
                     &s.id,
                     "unresponsive",
                     &format!(
-                        "instance {} did not answer {UNRESPONSIVE_POLLS} polls in a row; stopped for replacement",
+                        "instance {} did not answer {UNRESPONSIVE_POLLS} polls in a row (last: {why}); stopped for replacement",
                         i.id
                     ),
                 )
@@ -493,7 +517,7 @@ impl Control {
         s: &Service,
         dt: Duration,
         usage: &mut Usage,
-        hung: &mut Vec<Instance>,
+        hung: &mut Vec<(Instance, String)>,
     ) {
         let Some(a) = &s.graph.accel else {
             return;
@@ -503,17 +527,20 @@ impl Control {
             let vcpu_s = i.vcpus as f64 * dt.as_secs_f64();
             usage.vcpu_seconds += vcpu_s;
             usage.accel.vcpu_seconds += vcpu_s;
-            let stats = instance_stats(i, &auth).await;
+            let stats = instance_stats(&self.admin, i, &auth).await;
             let mut rt = self.runtime.lock();
             let rt = rt.entry(s.id.clone()).or_default();
-            let Some(v) = stats else {
-                let f = rt.failures.entry(i.id.clone()).or_default();
-                *f += 1;
-                if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
-                    hung.push(i.clone());
-                    *f = 0;
+            let v = match stats {
+                Ok(v) => v,
+                Err(e) => {
+                    let f = rt.failures.entry(i.id.clone()).or_default();
+                    *f += 1;
+                    if *f >= UNRESPONSIVE_POLLS && i.state == InstanceState::Running {
+                        hung.push((i.clone(), e));
+                        *f = 0;
+                    }
+                    continue;
                 }
-                continue;
             };
             rt.failures.remove(&i.id);
             let (requests, bytes, cpu) = crate::accel::proxy_counters(&v);
@@ -702,6 +729,8 @@ impl Control {
         )?;
         for i in &mut added {
             i.nonce = random_hex(8);
+            // As `launch` records it: `added` is what is waited for.
+            i.admin_https = self.cfg.internal_ca.is_some();
         }
         let mut grown = s.clone();
         let rg = grown
@@ -727,7 +756,7 @@ impl Control {
         let snap = s.clone();
         drop(services);
         self.persist(&snap).await;
-        deployer::wait_ready(&added, Duration::from_secs(5))
+        deployer::wait_ready(&self.admin, &added, Duration::from_secs(5))
             .await
             .map_err(ControlError::Deploy)?;
         self.settle(id).await;
@@ -808,10 +837,11 @@ impl Control {
         let t0 = Instant::now();
         let auth = format!("Bearer {}", self.instance_token);
         let mut left = 0.0;
-        if let Ok(addr) = i.admin.parse::<SocketAddr>() {
+        if i.admin.parse::<SocketAddr>().is_ok() {
             while t0.elapsed() < DRAIN {
-                let r = vcdn_http::client::request(
-                    addr,
+                let r = deployer::instance_request(
+                    &self.admin,
+                    &i,
                     "GET",
                     "/stats",
                     &[("Authorization", &auth)],
@@ -969,17 +999,25 @@ impl Control {
             };
             let resumed = s.state == ServiceState::Deploying;
             let mut adopted = Vec::new();
+            let mut not_adopted: Vec<String> = Vec::new();
             for i in s.graph.instances() {
                 let Some(&pid) = found.get(&i.identity()) else {
                     continue;
                 };
                 let mut i = i.clone();
                 i.pid = Some(pid);
-                if deployer::wait_ready(std::slice::from_ref(&i), Duration::from_millis(300))
-                    .await
-                    .is_ok()
+                match deployer::wait_ready(
+                    &self.admin,
+                    std::slice::from_ref(&i),
+                    Duration::from_millis(300),
+                )
+                .await
                 {
-                    adopted.push((i.id.clone(), pid));
+                    Ok(()) => adopted.push((i.id.clone(), pid)),
+                    Err(e) => {
+                        tracing::warn!(service = %id, instance = %i.id, pid, error = %e, "not adopting the process found under the instance's identity: re-creating it");
+                        not_adopted.push(e);
+                    }
                 }
             }
             let mut recreated = 0;
@@ -1027,9 +1065,14 @@ impl Control {
                 &id,
                 "reconciled",
                 &format!(
-                    "control plane restarted{}: {} instances adopted, {recreated} re-created, router configured",
+                    "control plane restarted{}: {} instances adopted, {recreated} re-created, router configured{}",
                     if resumed { " during deployment; deployment finished" } else { "" },
-                    adopted.len()
+                    adopted.len(),
+                    if not_adopted.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; not adopted: {}", not_adopted.join("; "))
+                    }
                 ),
             )
             .await;
@@ -1039,23 +1082,33 @@ impl Control {
 
 /// An instance's `/stats` (cache or proxy), if it answers as itself:
 /// another process on its address is not it, and its counters are not
-/// this instance's usage.
-async fn instance_stats(i: &Instance, auth: &str) -> Option<serde_json::Value> {
-    let addr = i.admin.parse::<SocketAddr>().ok()?;
-    let r = vcdn_http::client::request(
-        addr,
+/// this instance's usage. Else why not.
+async fn instance_stats(
+    client: &vcdn_http::admin_tls::AdminClient,
+    i: &Instance,
+    auth: &str,
+) -> Result<serde_json::Value, String> {
+    let r = deployer::instance_request(
+        client,
+        i,
         "GET",
         "/stats",
         &[("Authorization", auth)],
         b"",
         Duration::from_secs(1),
     )
-    .await
-    .ok()
-    .filter(|r| r.status() == 200)?;
-    serde_json::from_slice::<serde_json::Value>(&r.body)
-        .ok()
-        .filter(|v| deployer::claimed_identity(v) == i.identity())
+    .await?;
+    if r.status() != 200 {
+        return Err(format!("GET /stats answered {}", r.status()));
+    }
+    let v = serde_json::from_slice::<serde_json::Value>(&r.body)
+        .map_err(|e| format!("GET /stats: {e}"))?;
+    match deployer::claimed_identity(&v) {
+        who if who == i.identity() => Ok(v),
+        who => Err(format!(
+            "another process answers on its admin address (as {who:?})"
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -383,6 +383,12 @@ pub struct Instance {
     pub address: String,
     /// Its control API.
     pub admin: String,
+    /// Whether its control API is HTTPS with a certificate of the internal
+    /// CA (every instance started since admin APIs have TLS); false for one
+    /// recorded before, which is called in plain HTTP (on loopback) until
+    /// it is next started.
+    #[serde(default)]
+    pub admin_https: bool,
     pub vcpus: u32,
     pub memory_mib: u64,
     pub state: InstanceState,

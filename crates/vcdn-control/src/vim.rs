@@ -39,6 +39,33 @@ pub struct InstanceSpec {
     /// Where a cache serves HTTPS (`--tls-listen`), with the certificates
     /// the control plane pushes to its admin API.
     pub tls_listen: Option<SocketAddr>,
+    /// The admin API's certificate (of the control plane's internal CA)
+    /// and key: the instance serves its admin API over HTTPS with them
+    /// (`--admin-tls-cert/--admin-tls-key`); none: plain HTTP.
+    pub admin_tls: Option<AdminCert>,
+}
+
+/// An instance admin API's certificate chain and private key (PEM). The
+/// driver hands them to the process as files readable by its owner only.
+#[derive(Clone)]
+pub struct AdminCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for AdminCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminCert { key: <secret> }")
+    }
+}
+
+/// Where a driver wrote an instance's files.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct InstanceFiles<'a> {
+    /// The spec's `origin_ca_pem`.
+    pub origin_ca: Option<&'a Path>,
+    /// The spec's `admin_tls`: certificate, key.
+    pub admin_tls: Option<(&'a Path, &'a Path)>,
 }
 
 /// What a `vcdn proxy` is started with besides what every instance gets.
@@ -74,15 +101,23 @@ const INSTANCE_COMMANDS: [&str; 2] = ["cache", "proxy"];
 
 /// The command line (after the binary) and the secret environment of an
 /// instance: `vcdn cache …` or `vcdn proxy …`, with `--instance-id` last.
-/// `origin_ca_file` is where the driver wrote the spec's `origin_ca_pem`.
+/// `files` are where the driver wrote the spec's files.
 pub fn command(
     spec: &InstanceSpec,
-    origin_ca_file: Option<&Path>,
+    files: InstanceFiles<'_>,
 ) -> (Vec<String>, Vec<(&'static str, String)>) {
+    let origin_ca_file = files.origin_ca;
     let mut args: Vec<String> = Vec::new();
     let mut flag = |k: &str, v: String| {
         args.push(k.into());
         args.push(v);
+    };
+    let admin = |flag: &mut dyn FnMut(&str, String)| {
+        flag("--admin", spec.admin.to_string());
+        if let Some((c, k)) = files.admin_tls {
+            flag("--admin-tls-cert", c.to_string_lossy().into_owned());
+            flag("--admin-tls-key", k.to_string_lossy().into_owned());
+        }
     };
     let env = match &spec.proxy {
         None => {
@@ -91,7 +126,7 @@ pub fn command(
                 flag("--tls-listen", t.to_string());
             }
             flag("--upstream", spec.upstream.clone());
-            flag("--admin", spec.admin.to_string());
+            admin(&mut flag);
             flag("--memory", format!("{}M", spec.memory_mib.max(1) / 2));
             flag("--threads", spec.vcpus.max(1).to_string());
             if let Some(f) = origin_ca_file {
@@ -102,7 +137,7 @@ pub fn command(
         Some(p) => {
             flag("--name", p.location.clone());
             flag("--listen", spec.listen.to_string());
-            flag("--admin", spec.admin.to_string());
+            admin(&mut flag);
             flag("--service", p.service.clone());
             flag("--origin", spec.upstream.clone());
             for (loc, addr) in &p.peers {
@@ -256,6 +291,18 @@ impl LocalVim {
         Ok(path)
     }
 
+    /// Writes an instance's admin certificate and key to
+    /// `instances/ID/admin.crt` and `admin.key` (owner only, each written
+    /// whole and renamed into place).
+    fn write_admin_tls(&self, id: &str, c: &AdminCert) -> std::io::Result<(PathBuf, PathBuf)> {
+        let dir = self.instances.join(id);
+        std::fs::create_dir_all(&dir)?;
+        let (cp, kp) = (dir.join("admin.crt"), dir.join("admin.key"));
+        crate::control::write_secret(&kp, &c.key_pem)?;
+        crate::control::write_secret(&cp, &c.cert_pem)?;
+        Ok((cp, kp))
+    }
+
     fn cgroup_dir(&self, id: &str) -> Option<PathBuf> {
         match &self.cpu {
             CpuControl::V2(d) | CpuControl::V1(d) => Some(d.join(id)),
@@ -364,8 +411,16 @@ impl Vim for LocalVim {
             (Some(pem), None) => Some(self.write_origin_ca(&spec.id, pem).map_err(err)?),
             _ => None,
         };
+        let admin_tls = match &spec.admin_tls {
+            Some(c) => Some(self.write_admin_tls(&spec.id, c).map_err(err)?),
+            None => None,
+        };
         let (procs, cpus, cpu_limit) = self.prepare_cpu(spec);
-        let (args, secrets) = command(spec, ca_file.as_deref());
+        let files = InstanceFiles {
+            origin_ca: ca_file.as_deref(),
+            admin_tls: admin_tls.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
+        };
+        let (args, secrets) = command(spec, files);
         let mut cmd = Command::new(&self.binary);
         cmd.args(&args)
             .stdin(Stdio::null())
@@ -559,7 +614,56 @@ mod tests {
             memory_mib: 256,
             proxy,
             tls_listen: None,
+            admin_tls: None,
         }
+    }
+
+    /// The admin API's certificate and key go to files of the instance's
+    /// directory (the key readable by its owner only, never on the
+    /// command line), named by `--admin-tls-cert/--admin-tls-key`.
+    #[test]
+    fn an_instance_gets_its_admin_certificate_as_private_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let data = std::env::temp_dir().join(format!("vcdn-vim-admin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).unwrap();
+        let vim = LocalVim::new("/bin/true".into(), &data).unwrap();
+        let c = AdminCert {
+            cert_pem: "CERT".into(),
+            key_pem: "SECRET KEY".into(),
+        };
+        assert!(!format!("{c:?}").contains("SECRET"));
+        let (cp, kp) = vim.write_admin_tls("i-1", &c).unwrap();
+        assert_eq!(kp, data.join("instances/i-1/admin.key"));
+        assert_eq!(std::fs::read_to_string(&kp).unwrap(), "SECRET KEY");
+        let mode = std::fs::metadata(&kp).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let files = InstanceFiles {
+            admin_tls: Some((&cp, &kp)),
+            ..Default::default()
+        };
+        let want = format!(
+            "--admin 127.10.0.2:9080 --admin-tls-cert {} --admin-tls-key {}",
+            cp.display(),
+            kp.display()
+        );
+        for proxy in [
+            None,
+            Some(ProxySpec {
+                location: "paris".into(),
+                service: "s-1".into(),
+                peers: vec![],
+                egress: "paris".into(),
+                hop_key: "hop-secret".into(),
+                warm: None,
+                controller: None,
+                controller_fingerprint: None,
+            }),
+        ] {
+            let (args, _) = command(&spec(proxy), files);
+            assert!(args.join(" ").contains(&want), "{args:?}");
+        }
+        std::fs::remove_dir_all(&data).unwrap();
     }
 
     #[test]
@@ -575,7 +679,7 @@ mod tests {
                 controller: Some(("https://127.0.0.1:8070".into(), "ctl-secret".into())),
                 controller_fingerprint: Some("sha256:00".into()),
             })),
-            None,
+            InstanceFiles::default(),
         );
         assert_eq!(
             args.join(" "),
@@ -602,7 +706,7 @@ mod tests {
 
     #[test]
     fn a_cache_is_started_as_before() {
-        let (args, env) = command(&spec(None), None);
+        let (args, env) = command(&spec(None), InstanceFiles::default());
         assert_eq!(
             args.join(" "),
             "cache --listen 127.10.0.2:8080 --upstream http://127.3.0.9:80 --admin 127.10.0.2:9080 \
@@ -611,7 +715,7 @@ mod tests {
         assert_eq!(env, [("VCDN_ADMIN_TOKEN", "admin-secret".to_string())]);
         let mut tls = spec(None);
         tls.tls_listen = Some("127.10.0.2:8443".parse().unwrap());
-        assert!(command(&tls, None)
+        assert!(command(&tls, InstanceFiles::default())
             .0
             .join(" ")
             .starts_with("cache --listen 127.10.0.2:8080 --tls-listen 127.10.0.2:8443 --upstream"));
@@ -631,7 +735,13 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), pem);
         let mut s = spec(None);
         s.upstream = "https://origin.example".into();
-        let (args, _) = command(&s, Some(&path));
+        let (args, _) = command(
+            &s,
+            InstanceFiles {
+                origin_ca: Some(&path),
+                ..Default::default()
+            },
+        );
         assert!(
             args.join(" ").contains(&format!(
                 "--upstream https://origin.example --admin 127.10.0.2:9080 --memory 128M --threads 1 --origin-ca-file {}",

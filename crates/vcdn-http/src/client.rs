@@ -40,6 +40,22 @@ pub enum ClientError {
     Tls(SocketAddr, String),
 }
 
+/// What `handshake_error` adds to a certificate the trust refused.
+const UNTRUSTED_HINT: &str =
+    " (the server's certificate is not trusted: give its CA or its fingerprint)";
+
+impl ClientError {
+    /// The server presented a certificate the trust refused (not a network
+    /// failure during the handshake): waiting will not change it.
+    pub fn is_untrusted_certificate(&self) -> bool {
+        match self {
+            ClientError::FingerprintMismatch { .. } => true,
+            ClientError::Tls(_, m) => m.ends_with(UNTRUSTED_HINT),
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct ClientResponse {
     pub head: ResponseHead,
@@ -181,6 +197,26 @@ impl Endpoint {
         })
     }
 
+    /// An address, plain or over TLS with a prepared configuration (reused
+    /// across calls); the certificate must name the address's IP.
+    pub fn for_addr(addr: SocketAddr, tls: Option<Arc<rustls::ClientConfig>>) -> Endpoint {
+        let authority = match addr.ip() {
+            std::net::IpAddr::V6(ip) => format!("[{ip}]:{}", addr.port()),
+            std::net::IpAddr::V4(ip) => format!("{ip}:{}", addr.port()),
+        };
+        Endpoint {
+            addr,
+            authority,
+            base: String::new(),
+            tls: tls.map(|c| {
+                (
+                    c,
+                    rustls::pki_types::ServerName::IpAddress(addr.ip().into()),
+                )
+            }),
+        }
+    }
+
     pub fn is_https(&self) -> bool {
         self.tls.is_some()
     }
@@ -246,9 +282,7 @@ fn handshake_error(addr: SocketAddr, e: std::io::Error) -> ClientError {
             }
         }
         let hint = match r {
-            rustls::Error::InvalidCertificate(_) => {
-                " (the server's certificate is not trusted: give its CA or its fingerprint)"
-            }
+            rustls::Error::InvalidCertificate(_) => UNTRUSTED_HINT,
             _ => "",
         };
         return ClientError::Tls(addr, format!("{r}{hint}"));

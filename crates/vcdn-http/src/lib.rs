@@ -6,6 +6,7 @@
 //! control endpoints (admin API, demo origin, `ctl` tools), which are not on
 //! the cache's hot path.
 
+pub mod admin_tls;
 pub mod auth;
 pub mod chunked;
 pub mod client;

@@ -192,6 +192,10 @@ pub struct CacheEndpoint {
     /// health is a TCP connect to `address`.
     #[serde(default)]
     pub admin: Option<SocketAddr>,
+    /// The admin API is HTTPS (verified against the router's
+    /// `cache_admin_trust`, by default the system roots).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_https: bool,
     /// Overloaded at this many open connections (leaves answers until
     /// below again).
     #[serde(default)]

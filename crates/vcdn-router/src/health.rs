@@ -12,11 +12,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use vcdn_http::admin_tls::AdminClient;
+
 use crate::config::HealthConfig;
 use crate::state::{CacheState, Router};
 
 /// Polls every cache of the router forever.
-pub async fn run(router: Arc<Router>, cfg: HealthConfig) {
+pub async fn run(router: Arc<Router>, cfg: HealthConfig, client: AdminClient) {
     let interval = Duration::from_millis(cfg.interval_ms);
     let timeout = Duration::from_millis(cfg.timeout_ms);
     // Per cache: good polls in a row, late polls in a row.
@@ -27,7 +29,9 @@ pub async fn run(router: Arc<Router>, cfg: HealthConfig) {
     loop {
         tick.tick().await;
         let caches = router.caches();
-        let checks = caches.iter().map(|c| check(c.clone(), timeout));
+        let checks = caches
+            .iter()
+            .map(|c| check(c.clone(), client.clone(), timeout));
         let results = futures_join(checks).await;
         for (c, poll) in caches.iter().zip(results) {
             router.metrics.health_checks.fetch_add(1, Ordering::Relaxed);
@@ -82,7 +86,7 @@ async fn futures_join<F: std::future::Future<Output = Poll> + Send + 'static>(
     out
 }
 
-async fn check(c: Arc<CacheState>, timeout: Duration) -> Poll {
+async fn check(c: Arc<CacheState>, client: AdminClient, timeout: Duration) -> Poll {
     let Some(admin) = c.endpoint.admin else {
         let conn = tokio::net::TcpStream::connect(c.endpoint.address);
         return match tokio::time::timeout(timeout, conn).await {
@@ -91,11 +95,20 @@ async fn check(c: Arc<CacheState>, timeout: Duration) -> Poll {
             Err(_) => Poll::Late,
         };
     };
-    let resp = vcdn_http::client::request(admin, "GET", "/healthz", &[], b"", timeout).await;
+    let https = c.endpoint.admin_https;
+    let resp = client
+        .request(admin, https, "GET", "/healthz", &[], b"", timeout)
+        .await;
     let resp = match resp {
         Ok(r) => r,
         Err(vcdn_http::client::ClientError::Timeout(..)) => return Poll::Late,
-        Err(_) => return Poll::Down,
+        Err(e) => {
+            // Said once, as the cache leaves rotation.
+            if e.is_untrusted_certificate() && c.alive.load(Ordering::Relaxed) {
+                tracing::warn!(cache = %c.endpoint.address, error = %e, "the cache's admin certificate is not trusted");
+            }
+            return Poll::Down;
+        }
     };
     if resp.status() != 200 {
         return Poll::Down;

@@ -138,6 +138,7 @@ mod tests {
         ServiceRegion {
             region: name.into(),
             caches: vec![CacheEndpoint {
+                admin_https: false,
                 address: addr.parse().unwrap(),
                 admin: None,
                 max_connections: None,

@@ -43,6 +43,10 @@ pub struct RouterOptions {
     pub admin_token: Option<String>,
     /// Serve the admin API over HTTPS with this configuration.
     pub admin_tls: Option<std::sync::Arc<vcdn_http::tls::rustls::ServerConfig>>,
+    /// Whom the health checks trust on caches' HTTPS admin APIs
+    /// (`admin_https`): `vcdn up` gives its internal CA; none: the system
+    /// roots.
+    pub cache_admin_trust: Option<vcdn_http::tls::Trust>,
 }
 
 /// The addresses a started router listens on.
@@ -131,7 +135,12 @@ pub async fn start(
             admin::handler(router.clone(), token),
         ));
     }
-    tokio::spawn(health::run(router.clone(), health));
+    let admin_client = vcdn_http::admin_tls::AdminClient::new(
+        opts.cache_admin_trust
+            .as_ref()
+            .unwrap_or(&vcdn_http::tls::Trust::System),
+    )?;
+    tokio::spawn(health::run(router.clone(), health, admin_client));
     tokio::spawn(sizing::run(router.clone(), sizing));
     Ok((router, listening))
 }

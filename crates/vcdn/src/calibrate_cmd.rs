@@ -71,6 +71,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             host: "local".into(),
             address: free_addr()?.to_string(),
             admin: free_addr()?.to_string(),
+            admin_https: false,
             vcpus: 1,
             memory_mib: 2048,
             state: vcdn_control::types::InstanceState::Starting,
@@ -95,6 +96,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             memory_mib: 2048,
             proxy: None,
             tls_listen: None,
+            admin_tls: None,
         };
         let started = vim.start(&spec).map_err(|e| e.to_string())?;
         eprintln!(
@@ -102,6 +104,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             spec.listen, a.cpus, started.cpu_limit
         );
         let ready = vcdn_control::deployer::wait_ready(
+            &vcdn_control::pki::instance_admin_client(None)?,
             std::slice::from_ref(&instance),
             Duration::from_secs(5),
         )

@@ -151,6 +151,17 @@ struct CacheArgs {
     /// Bearer token the control API requires.
     #[arg(long, env = "VCDN_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Serve the control API over HTTPS with this certificate chain (PEM).
+    /// Without it the control API is plain HTTP, allowed only on loopback.
+    #[arg(long, requires = "admin_tls_key", env = "VCDN_ADMIN_TLS_CERT")]
+    admin_tls_cert: Option<PathBuf>,
+    /// The private key of --admin-tls-cert (PEM).
+    #[arg(long, requires = "admin_tls_cert", env = "VCDN_ADMIN_TLS_KEY")]
+    admin_tls_key: Option<PathBuf>,
+    /// Serve the control API in plain HTTP on a non-loopback address (its
+    /// token and pushed private keys then cross the network in clear).
+    #[arg(long, conflicts_with = "admin_tls_cert")]
+    admin_insecure_plain_http: bool,
     /// Who this process is to the control plane that started it (shown in
     /// /healthz and /stats).
     #[arg(long, env = "VCDN_INSTANCE_ID")]
@@ -196,13 +207,29 @@ struct CacheArgs {
 }
 
 #[derive(Args)]
+#[command(
+    after_help = "The admin API of a cache started with --admin-tls-cert (as vcdn up starts them) is HTTPS: \
+give its CA (vcdn up's internal CA is DATA_DIR/ca.crt) or its certificate's fingerprint, e.g.
+  vcdn cache ctl --admin 127.10.0.1:9080 --ca-file DATA_DIR/ca.crt --token TOKEN stats
+  vcdn cache ctl --admin https://127.10.0.1:9080 --fingerprint sha256:AB12... --token TOKEN stats
+A bare address is HTTPS when --ca-file or --fingerprint is given, plain HTTP otherwise (loopback only)."
+)]
 struct CtlArgs {
-    /// The cache's admin address.
+    /// The cache's admin address, IP:PORT, or a URL http://IP:PORT or
+    /// https://IP:PORT.
     #[arg(long, default_value = "127.0.0.1:8081", env = "VCDN_ADMIN")]
-    admin: SocketAddr,
+    admin: String,
     /// The admin bearer token.
     #[arg(long, env = "VCDN_ADMIN_TOKEN", hide_env_values = true)]
     token: String,
+    /// Trust the HTTPS admin API's certificate if this PEM bundle of CA
+    /// certificates issued it.
+    #[arg(long, env = "VCDN_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// Trust the HTTPS admin API's certificate by its SHA-256 fingerprint
+    /// (wins over --ca-file).
+    #[arg(long, env = "VCDN_ADMIN_FINGERPRINT")]
+    fingerprint: Option<String>,
     #[command(subcommand)]
     cmd: CtlCmd,
 }
@@ -362,6 +389,13 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     if a.admin_token.is_some() {
         c.admin_token = a.admin_token;
     }
+    if a.admin_tls_cert.is_some() {
+        c.admin_tls_cert = a.admin_tls_cert;
+        c.admin_tls_key = a.admin_tls_key;
+    }
+    if a.admin_insecure_plain_http {
+        c.admin_insecure_plain_http = true;
+    }
     if a.instance_id.is_some() {
         c.instance_id = a.instance_id;
     }
@@ -450,7 +484,12 @@ fn announce(r: &vcdn_cache::Running) {
         );
     }
     if let Some(a) = r.admin {
-        println!("vcdn cache admin on http://{a} (/healthz, /metrics, /stats, /objects, /purge, /prefetch, /tls/certificates)");
+        let scheme = if c.admin_tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        println!("vcdn cache admin on {scheme}://{a} (/healthz, /metrics, /stats, /objects, /purge, /prefetch, /tls/certificates)");
     }
 }
 
@@ -556,9 +595,9 @@ Try it:
   curl -sN http://{l}/stream?chunks=20                # a chunked stream, cloned to every client
 
 Operate it (admin token: {token}):
-  vcdn cache ctl --admin {a} --token {token} stats
-  vcdn cache ctl --admin {a} --token {token} objects
-  vcdn cache ctl --admin {a} --token {token} purge --prefix /size/
+  vcdn cache ctl --admin http://{a} --token {token} stats
+  vcdn cache ctl --admin http://{a} --token {token} objects
+  vcdn cache ctl --admin http://{a} --token {token} purge --prefix /size/
   curl -s http://{a}/metrics | grep vcdn_cache_requests_total
 
 Stop with Ctrl-C."
@@ -581,8 +620,44 @@ fn run_ctl(c: CtlArgs) -> Result<(), String> {
         CtlCmd::Prefetch { url } => ctl::Command::Prefetch(url),
         CtlCmd::Metrics => ctl::Command::Metrics,
     };
-    let out = runtime()?.block_on(ctl::run(c.admin, &c.token, cmd))?;
+    let (trust, trusted) = ctl_trust(c.fingerprint.as_deref(), c.ca_file.as_deref())?;
+    let url = if c.admin.contains("://") {
+        c.admin.clone()
+    } else {
+        let a: SocketAddr = c
+            .admin
+            .parse()
+            .map_err(|_| format!("--admin {:?}: expected IP:PORT or a URL", c.admin))?;
+        vcdn_http::admin_tls::url(a, trusted)
+    };
+    let out = runtime()?.block_on(async {
+        let admin = vcdn_http::client::Endpoint::new(&url, &trust)
+            .await
+            .map_err(|e| format!("--admin {url}: {e}"))?;
+        ctl::run(&admin, &c.token, cmd).await
+    })?;
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = writeln!(std::io::stdout(), "{out}");
     Ok(())
+}
+
+/// Whom `vcdn cache ctl` trusts as an HTTPS admin API, and whether it was
+/// told (a bare address is then HTTPS).
+fn ctl_trust(
+    fingerprint: Option<&str>,
+    ca_file: Option<&std::path::Path>,
+) -> Result<(vcdn_http::tls::Trust, bool), String> {
+    use vcdn_http::tls::{self, Trust};
+    if let Some(f) = fingerprint.filter(|f| !f.trim().is_empty()) {
+        let fp = tls::parse_fingerprint(f).ok_or_else(|| {
+            format!("--fingerprint {f:?} is not a SHA-256 fingerprint (sha256: and 64 hex digits)")
+        })?;
+        return Ok((Trust::Fingerprint(fp), true));
+    }
+    if let Some(p) = ca_file {
+        let pem = std::fs::read(p).map_err(|e| format!("--ca-file {}: {e}", p.display()))?;
+        let cas = tls::parse_chain(&pem).map_err(|e| format!("--ca-file {}: {e}", p.display()))?;
+        return Ok((Trust::Bundle(cas), true));
+    }
+    Ok((Trust::System, false))
 }

@@ -27,6 +27,17 @@ pub struct ProxyArgs {
     /// Bearer token of the admin API.
     #[arg(long, env = "VCDN_PROXY_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Serve the admin API over HTTPS with this certificate chain (PEM).
+    /// Without it the admin API is plain HTTP, allowed only on loopback.
+    #[arg(long, requires = "admin_tls_key", env = "VCDN_PROXY_ADMIN_TLS_CERT")]
+    admin_tls_cert: Option<PathBuf>,
+    /// The private key of --admin-tls-cert (PEM).
+    #[arg(long, requires = "admin_tls_cert", env = "VCDN_PROXY_ADMIN_TLS_KEY")]
+    admin_tls_key: Option<PathBuf>,
+    /// Serve the admin API in plain HTTP on a non-loopback address (its
+    /// token then crosses the network in clear).
+    #[arg(long, conflicts_with = "admin_tls_cert")]
+    admin_insecure_plain_http: bool,
     /// The service whose traffic this proxy carries.
     #[arg(long, env = "VCDN_PROXY_SERVICE")]
     service: String,
@@ -135,6 +146,16 @@ pub fn run(a: ProxyArgs) -> Result<(), String> {
     cfg.tune_sysctl = !a.keep_sysctl;
     cfg.timeouts.header = Duration::from_millis(a.header_timeout_ms);
     cfg.admin_token = a.admin_token;
+    cfg.admin_tls = vcdn_http::admin_tls::server_config_from(
+        a.admin_tls_cert.as_deref(),
+        a.admin_tls_key.as_deref(),
+    )?;
+    cfg.admin_insecure_plain_http = a.admin_insecure_plain_http;
+    let admin_scheme = if cfg.admin_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     cfg.controller = a.controller;
     cfg.controller_token = a.controller_token;
     cfg.controller_fingerprint = a.controller_fingerprint;
@@ -154,7 +175,7 @@ pub fn run(a: ProxyArgs) -> Result<(), String> {
         let r = vcdn_accel::start(cfg, listener, a.admin).await?;
         println!("vcdn proxy {} listening on http://{}", r.proxy.cfg.name, r.listen);
         if let Some(ad) = r.admin {
-            println!("vcdn proxy admin on http://{ad} (/healthz, /metrics, /stats, /peers, /chains, /rtt)");
+            println!("vcdn proxy admin on {admin_scheme}://{ad} (/healthz, /metrics, /stats, /peers, /chains, /rtt)");
         }
         tracing::info!(name = %r.proxy.cfg.name, listen = %r.listen, admin = ?r.admin, "vcdn proxy ready");
         vcdn_accel::run_until_stopped(r.proxy).await;

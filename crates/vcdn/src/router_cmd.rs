@@ -26,6 +26,14 @@ pub struct RouterArgs {
     /// The private key of --admin-tls-cert (PEM).
     #[arg(long, requires = "admin_tls_cert", env = "VCDN_ROUTER_ADMIN_TLS_KEY")]
     admin_tls_key: Option<PathBuf>,
+    /// Serve the admin API in plain HTTP on a non-loopback address (its
+    /// token then crosses the network in clear).
+    #[arg(long, conflicts_with = "admin_tls_cert")]
+    admin_insecure_plain_http: bool,
+    /// PEM bundle of the CA certificates the health checks trust on caches'
+    /// HTTPS admin APIs (`admin_https = true`) [default: the system roots].
+    #[arg(long, env = "VCDN_ROUTER_CACHE_ADMIN_CA_FILE")]
+    cache_admin_ca_file: Option<PathBuf>,
     /// TOML file: DNS zone data, coverage zones, regions, services.
     #[arg(long, env = "VCDN_ROUTER_CONFIG")]
     config: Option<PathBuf>,
@@ -63,11 +71,25 @@ pub fn run(a: RouterArgs) -> Result<(), String> {
                 .unwrap_or_else(|| "127.0.0.1:8054".parse().expect("static address")),
         ),
         admin_token: a.admin_token,
-        admin_tls: match (&a.admin_tls_cert, &a.admin_tls_key) {
-            (Some(c), Some(k)) => Some(admin_tls(c, k)?),
-            _ => None,
+        admin_tls: vcdn_http::admin_tls::server_config_from(
+            a.admin_tls_cert.as_deref(),
+            a.admin_tls_key.as_deref(),
+        )?,
+        cache_admin_trust: match &a.cache_admin_ca_file {
+            Some(p) => {
+                let pem = std::fs::read(p)
+                    .map_err(|e| format!("--cache-admin-ca-file {}: {e}", p.display()))?;
+                Some(vcdn_http::tls::Trust::Bundle(
+                    vcdn_http::tls::parse_chain(&pem)
+                        .map_err(|e| format!("--cache-admin-ca-file {}: {e}", p.display()))?,
+                ))
+            }
+            None => None,
         },
     };
+    if let (Some(ad), None) = (opts.admin, &opts.admin_tls) {
+        vcdn_http::admin_tls::check_plain(ad, a.admin_insecure_plain_http)?;
+    }
     let scheme = if opts.admin_tls.is_some() {
         "https"
     } else {
@@ -94,23 +116,4 @@ pub fn run(a: RouterArgs) -> Result<(), String> {
         std::future::pending::<()>().await;
         Ok(())
     })
-}
-
-/// The admin API's TLS from PEM files, checked now (chain, key, dates).
-pub fn admin_tls(
-    cert: &std::path::Path,
-    key: &std::path::Path,
-) -> Result<std::sync::Arc<vcdn_http::tls::rustls::ServerConfig>, String> {
-    use vcdn_http::tls;
-    let c = std::fs::read(cert).map_err(|e| format!("--admin-tls-cert {}: {e}", cert.display()))?;
-    let k = std::fs::read(key).map_err(|e| format!("--admin-tls-key {}: {e}", key.display()))?;
-    let b = tls::parse_bundle(&c, &k)
-        .map_err(|e| format!("--admin-tls-cert {}: {e}", cert.display()))?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    b.info
-        .check_validity(now)
-        .map_err(|e| format!("--admin-tls-cert {}: {e}", cert.display()))?;
-    Ok(tls::single_cert_config(b, &[b"http/1.1"]))
 }

@@ -49,8 +49,10 @@ fn proxy(tb: &Testbed, name: &str, peers: &[&str], chains: Option<&str>) -> InNo
         name,
         "--listen",
         &addr(tb, name, 8080).to_string(),
+        // On the node's own loopback: a plain admin API is refused on
+        // any other address.
         "--admin",
-        &addr(tb, name, 9080).to_string(),
+        "127.0.0.1:9080",
         "--admin-token",
         TOKEN,
         "--service",

@@ -103,8 +103,11 @@ async fn stats(up: &Up, admin: &str) -> Value {
 async fn admin_get(dir: &std::path::Path, admin: &str, path: &str) -> (u16, Value) {
     let token = std::fs::read_to_string(dir.join("instance-token")).unwrap();
     let auth = format!("Bearer {}", token.trim());
-    let r = client::request(
-        admin.parse().unwrap(),
+    // HTTPS trusting only vcdn up's internal CA, as the control plane.
+    let ca = vcdn_http::tls::parse_chain(&std::fs::read(dir.join("ca.crt")).unwrap()).unwrap();
+    let r = client::request_url(
+        &format!("https://{admin}"),
+        &vcdn_http::tls::Trust::Bundle(ca),
         "GET",
         path,
         &[("Authorization", &auth)],

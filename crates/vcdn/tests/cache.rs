@@ -1198,3 +1198,85 @@ async fn disk_tier_keeps_files_it_does_not_recognise() {
     c.kill();
     assert_eq!(snapshot(&dir), before, "stray files are kept, untouched");
 }
+
+/// The admin API over TLS (`--admin-tls-cert/--admin-tls-key`): HTTPS
+/// only, `vcdn cache ctl` reaches it trusting the CA or the certificate's
+/// fingerprint and refuses a certificate it was not told to trust; a plain
+/// admin API off loopback is refused at start, saying what to do.
+#[tokio::test]
+async fn the_admin_api_over_tls_speaks_https_only_and_plain_off_loopback_is_refused() {
+    let dir = tempdir("cache-admin-tls");
+    let (ca, cp, kp) = admin_cert(&dir);
+    let o = origin();
+    let c = cache(o.addr, &["--admin-tls-cert", &cp, "--admin-tls-key", &kp]);
+    let admin = c.admin.expect("the cache printed its admin address");
+    assert_eq!(get(c.addr, "/size/10").await.status(), 200);
+    assert_admin_https_only(admin, &ca, "vcdn_cache_requests_total").await;
+
+    let ctl = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vcdn"))
+            .args([
+                "cache",
+                "ctl",
+                "--admin",
+                &admin.to_string(),
+                "--token",
+                TOKEN,
+            ])
+            .args(extra)
+            .env_remove("VCDN_CA_FILE")
+            .env_remove("VCDN_ADMIN_FINGERPRINT")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+    let (ok, out) = ctl(&["--ca-file", ca_file.to_str().unwrap(), "stats"]);
+    assert!(ok && out.contains("hit_ratio"), "{out}");
+    let b =
+        vcdn_http::tls::parse_bundle(&std::fs::read(&cp).unwrap(), &std::fs::read(&kp).unwrap())
+            .unwrap();
+    let (ok, out) = ctl(&["--fingerprint", &b.info.fingerprint, "purge", "--all"]);
+    assert!(ok, "{out}");
+    // Not told whom to trust: a bare address is plain HTTP, which the TLS
+    // port does not speak; the message says what to give.
+    let (ok, out) = ctl(&["stats"]);
+    assert!(!ok && out.contains("--ca-file"), "{out}");
+    // Another certificate's fingerprint: refused before the token is sent.
+    let other = vcdn_http::tls::self_signed(&["127.0.0.1".into()], 1).unwrap();
+    let fp = vcdn_http::tls::parse_bundle(other.cert_pem.as_bytes(), other.key_pem.as_bytes())
+        .unwrap()
+        .info
+        .fingerprint;
+    let (ok, out) = ctl(&["--fingerprint", &fp, "stats"]);
+    assert!(!ok && out.contains("refusing to send the token"), "{out}");
+
+    // Plain HTTP off loopback: refused at start, before anything listens.
+    let err = refused_to_start(&[
+        "cache",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "192.0.2.1:8081",
+        "--admin-token",
+        TOKEN,
+    ]);
+    assert!(
+        err.contains("192.0.2.1:8081")
+            && err.contains("loopback")
+            && err.contains("--admin-tls-cert")
+            && err.contains("--admin-insecure-plain-http"),
+        "{err}"
+    );
+    // A half pair is refused by the command line.
+    let err = refused_to_start(&["cache", "--admin", "127.0.0.1:0", "--admin-tls-cert", &cp]);
+    assert!(err.contains("--admin-tls-key"), "{err}");
+}

@@ -1019,10 +1019,13 @@ async fn players_report_their_mos_and_the_service_scales_out() {
     );
 }
 
-/// Requests a cache has answered, from its /metrics.
-async fn cache_requests(admin: &str) -> u64 {
-    let r = client::request(
-        admin.parse().unwrap(),
+/// Requests a cache has answered, from its /metrics (HTTPS, trusting
+/// `vcdn up`'s internal CA in `dir`).
+async fn cache_requests(dir: &std::path::Path, admin: &str) -> u64 {
+    let ca = vcdn_http::tls::parse_chain(&std::fs::read(dir.join("ca.crt")).unwrap()).unwrap();
+    let r = client::request_url(
+        &format!("https://{admin}"),
+        &vcdn_http::tls::Trust::Bundle(ca),
         "GET",
         "/metrics",
         &[],
@@ -1056,8 +1059,8 @@ async fn players_resolving_the_name_spread_over_the_caches_dns_gives() {
         .unwrap()
         .to_string();
     let before = [
-        cache_requests(caches[0]["admin"].as_str().unwrap()).await,
-        cache_requests(caches[1]["admin"].as_str().unwrap()).await,
+        cache_requests(&up.dir, caches[0]["admin"].as_str().unwrap()).await,
+        cache_requests(&up.dir, caches[1]["admin"].as_str().unwrap()).await,
     ];
     let report = up.dir.join("dns-player.json");
     let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
@@ -1088,7 +1091,7 @@ async fn players_resolving_the_name_spread_over_the_caches_dns_gives() {
     assert_eq!(r["summary"]["failed"], 0, "{}", r["summary"]);
     assert_eq!(r["summary"]["started"], 12, "{}", r["summary"]);
     for (c, b) in caches.iter().zip(before) {
-        let n = cache_requests(c["admin"].as_str().unwrap()).await - b;
+        let n = cache_requests(&up.dir, c["admin"].as_str().unwrap()).await - b;
         assert!(n >= 12, "{} answered only {n} requests", c["address"]);
     }
     // A name the vCDN does not serve is a clear error.

@@ -668,6 +668,23 @@ async fn a_router_serves_its_admin_api_over_https_with_the_operators_certificate
         err.contains("--admin-tls-cert") && err.contains("expired"),
         "{err}"
     );
+
+    // Without a certificate the admin API is plain HTTP: refused off
+    // loopback, before anything listens.
+    let err = support::refused_to_start(&[
+        "router",
+        "--no-dns",
+        "--http",
+        "127.0.0.1:0",
+        "--admin",
+        "192.0.2.1:8054",
+        "--admin-token",
+        token,
+    ]);
+    assert!(
+        err.contains("192.0.2.1:8054") && err.contains("--admin-insecure-plain-http"),
+        "{err}"
+    );
 }
 
 /// curl to a cache's HTTPS port as a browser would reach the service:
@@ -761,4 +778,58 @@ async fn a_service_is_served_over_https_with_its_certificate_pushed_to_the_runni
     // The internal CA's certificate is no longer served.
     assert!(!curl_https(host, &tls_addr, &internal_ca, &[]).0);
     assert_eq!(support::up::caches(up.instance_port)[0].pid, pid);
+
+    // Those keys went over the cache's admin API, which is HTTPS with a
+    // certificate of the internal CA (its key a private file of the
+    // instance's directory), and speaks nothing else.
+    let admin: std::net::SocketAddr = cache.flags["--admin"].parse().unwrap();
+    let key_file = std::path::PathBuf::from(&cache.flags["--admin-tls-key"]);
+    assert!(
+        key_file.starts_with(up.dir.join("instances")),
+        "{key_file:?}"
+    );
+    assert_eq!(mode(&key_file), 0o600);
+    let r = client::request(admin, "GET", "/healthz", &[], b"", Duration::from_secs(5)).await;
+    assert!(r.is_err(), "plain HTTP answered on the admin port: {r:?}");
+    let ca = tls::Trust::Bundle(tls::parse_chain(&std::fs::read(&internal_ca).unwrap()).unwrap());
+    let token = std::fs::read_to_string(up.dir.join("instance-token")).unwrap();
+    let r = client::request_url(
+        &format!("https://{admin}"),
+        &ca,
+        "GET",
+        "/tls/certificates",
+        &[("Authorization", &format!("Bearer {}", token.trim()))],
+        b"",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text());
+    assert!(r.text().contains(host), "{}", r.text());
+    let (ok, out, err) = vcdn(
+        &["cache", "ctl", "--admin", &admin.to_string(), "stats"],
+        &[
+            ("VCDN_CA_FILE", &internal_ca.display().to_string()),
+            ("VCDN_ADMIN_TOKEN", token.trim()),
+        ],
+    );
+    assert!(ok && out.contains("hit_ratio"), "{out}{err}");
+    // The customer's CA is not the internal one: the CLI refuses the
+    // admin certificate and sends no token.
+    let (ok, _, err) = vcdn(
+        &[
+            "cache",
+            "ctl",
+            "--admin",
+            &admin.to_string(),
+            "--ca-file",
+            &ca_file.display().to_string(),
+            "stats",
+        ],
+        &[("VCDN_ADMIN_TOKEN", token.trim())],
+    );
+    assert!(
+        !ok && err.contains("not trusted") && err.contains("--ca-file"),
+        "{err}"
+    );
 }

@@ -8,14 +8,13 @@
 mod support;
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::eventually;
 use support::up::{caches, call, Api, Up, OP};
-use vcdn_http::client;
 
 fn live(s: &Value) -> bool {
     matches!(
@@ -83,9 +82,11 @@ async fn violations(up: &Up) -> Vec<String> {
         .filter(|s| matches!(s["state"].as_str(), Some("active" | "degraded")))
     {
         for i in instances(s).iter().filter(|i| i["state"] == "running") {
-            let admin: SocketAddr = i["admin"].as_str().unwrap().parse().unwrap();
-            let Ok(r) =
-                client::request(admin, "GET", "/healthz", &[], b"", Duration::from_secs(2)).await
+            // Over HTTPS trusting the internal CA only, as the control
+            // plane calls it.
+            let Ok(r) = up
+                .instance_admin(i["admin"].as_str().unwrap(), "/healthz")
+                .await
             else {
                 continue;
             };
@@ -350,16 +351,7 @@ async fn an_impostor_on_an_instance_address_is_a_conflict_and_relaunches_back_of
         .into_iter()
         .find(|i| i["id"] == victim["id"])
         .unwrap();
-    let r = client::request(
-        admin.parse().unwrap(),
-        "GET",
-        "/healthz",
-        &[],
-        b"",
-        Duration::from_secs(2),
-    )
-    .await
-    .unwrap();
+    let r = up.instance_admin(admin, "/healthz").await.unwrap();
     let h: Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(
         h["instance_id"].as_str(),
@@ -367,6 +359,128 @@ async fn an_impostor_on_an_instance_address_is_a_conflict_and_relaunches_back_of
         "{h}"
     );
     assert_eq!(h["upstream"].as_str(), Some(origin.as_str()), "{h}");
+}
+
+/// The attack on adoption: while the control plane is down, a process
+/// takes an instance's place with everything a local user can read (its
+/// identity from the command line, the data directory's mark) but its own
+/// admin certificate. The restarted control plane does not adopt it (no
+/// token, no customer key is sent to it), says why in the service's
+/// events, stops it and starts the real instance again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impostor_with_its_own_admin_certificate_is_not_adopted_and_the_event_says_why() {
+    let mut up = Up::start("crash-tls-impostor", &[]);
+    let origin = format!("http://127.0.0.1:{}", up.origin.port());
+    let spec = json!({"name": "mine", "origin": origin, "hostname": "mine.example", "flavor": "static", "regions": [{"region": "lyon"}]});
+    let (st, s) = up
+        .call(&up.demo_key(), "POST", "/v1/services", Some(spec))
+        .await;
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    let victim = instances(&s)[0].clone();
+    let (address, admin) = (
+        victim["address"].as_str().unwrap().to_string(),
+        victim["admin"].as_str().unwrap().to_string(),
+    );
+    assert_eq!(victim["admin_https"], true, "{victim}");
+    up.kill();
+    // SAFETY: killing an instance process.
+    unsafe { libc::kill(victim["pid"].as_u64().unwrap() as i32, libc::SIGKILL) };
+    assert!(
+        eventually(5, || async {
+            TcpListener::bind(&address).is_ok() && TcpListener::bind(&admin).is_ok()
+        })
+        .await,
+        "the instance's addresses were not freed"
+    );
+    let ip = admin.rsplit_once(':').unwrap().0.to_string();
+    let own = vcdn_http::tls::self_signed(&[ip, "localhost".into()], 1).unwrap();
+    let (cp, kp) = (up.dir.join("impostor.crt"), up.dir.join("impostor.key"));
+    std::fs::write(&cp, &own.cert_pem).unwrap();
+    std::fs::write(&kp, &own.key_pem).unwrap();
+    let mark = std::fs::canonicalize(&*up.dir).unwrap();
+    let mut impostor = support::spawn_env(
+        &[
+            "cache",
+            "--listen",
+            &address,
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--admin",
+            &admin,
+            "--admin-token",
+            support::TOKEN,
+            "--admin-tls-cert",
+            cp.to_str().unwrap(),
+            "--admin-tls-key",
+            kp.to_str().unwrap(),
+            "--instance-id",
+            &identity(&victim),
+            "--threads",
+            "1",
+        ],
+        &[("VCDN_CONTROL_DATA_DIR", mark.to_str().unwrap())],
+    );
+    up.launch().expect("vcdn up starts again");
+    let reconciled = || async {
+        let (_, ev) = up
+            .call(OP, "GET", &format!("/v1/services/{id}/events"), None)
+            .await;
+        ev["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "reconciled")
+            .cloned()
+    };
+    assert!(
+        eventually(15, || async { reconciled().await.is_some() }).await,
+        "no reconciled event"
+    );
+    let detail = reconciled().await.unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        detail.contains("1 re-created")
+            && detail.contains("not one the internal CA issued")
+            && detail.contains(&format!("https://{admin}")),
+        "{detail}"
+    );
+    // It was stopped, and the real instance serves again under the
+    // internal CA's certificate, proving its identity.
+    assert!(
+        {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if matches!(impostor.child.try_wait(), Ok(Some(_))) {
+                    break true;
+                }
+                if Instant::now() > deadline {
+                    break false;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+        "the impostor still runs"
+    );
+    assert!(
+        eventually(15, || async {
+            up.call(OP, "GET", &format!("/v1/services/{id}"), None)
+                .await
+                .1["state"]
+                == "active"
+        })
+        .await,
+        "the service did not come back"
+    );
+    let r = up.instance_admin(&admin, "/healthz").await.unwrap();
+    let h: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        h["instance_id"].as_str(),
+        Some(identity(&victim).as_str()),
+        "{h}"
+    );
 }
 
 async fn healthz(api: &Api) -> (u16, Value) {

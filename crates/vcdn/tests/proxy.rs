@@ -390,3 +390,41 @@ async fn a_chain_relaying_through_sockmap_returns_identical_bytes() {
     }
     drop(origin);
 }
+
+/// The proxy's admin API over TLS: HTTPS only; plain off loopback refused
+/// at start.
+#[tokio::test]
+async fn the_admin_api_over_tls_speaks_https_only_and_plain_off_loopback_is_refused() {
+    let dir = tempdir("proxy-admin-tls");
+    let (ca, cp, kp) = admin_cert(&dir);
+    let origin = origin();
+    let p = proxy(
+        "e",
+        origin.addr,
+        &[],
+        &["--admin-tls-cert", &cp, "--admin-tls-key", &kp],
+    );
+    let admin = p.admin.expect("the proxy printed its admin address");
+    assert_admin_https_only(admin, &ca, "vcdn_proxy_open_connections").await;
+    let o = format!("http://{}", origin.addr);
+    let err = refused_to_start(&[
+        "proxy",
+        "--name",
+        "e",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "192.0.2.1:9080",
+        "--admin-token",
+        TOKEN,
+        "--service",
+        "shop",
+        "--origin",
+        &o,
+        "--keep-sysctl",
+    ]);
+    assert!(
+        err.contains("192.0.2.1:9080") && err.contains("--admin-insecure-plain-http"),
+        "{err}"
+    );
+}

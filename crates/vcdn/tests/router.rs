@@ -31,6 +31,11 @@ impl Drop for RouterProc {
 }
 
 fn start_router(dir: &std::path::Path, config: &str) -> RouterProc {
+    start_router_with(dir, config, &[])
+}
+
+/// [`start_router`] with extra flags.
+fn start_router_with(dir: &std::path::Path, config: &str, extra: &[&str]) -> RouterProc {
     use std::io::BufRead;
     let path = dir.join("router.toml");
     std::fs::write(&path, config).expect("router config");
@@ -46,6 +51,7 @@ fn start_router(dir: &std::path::Path, config: &str) -> RouterProc {
         ])
         .args(["--admin-token", RTOKEN, "--config"])
         .arg(&path)
+        .args(extra)
         .env("VCDN_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -632,6 +638,74 @@ async fn a_dead_cache_leaves_answers_within_a_second_and_returns() {
         "restarted cache did not return"
     );
     eprintln!("dead cache left the answers after {gone_after:?}");
+}
+
+/// Caches whose admin APIs are HTTPS (`admin_https = true`): the health
+/// checks trust the CA of `--cache-admin-ca-file`, and a cache whose
+/// certificate another CA issued is out of the answers.
+#[tokio::test]
+async fn health_checks_reach_https_admin_apis_and_refuse_a_certificate_of_another_ca() {
+    let origin = origin();
+    let dir = tempdir("router-admin-https");
+    let ca = vcdn_http::tls::Ca::create("caches' admin CA", 1).unwrap();
+    let cache = |ip: &str| {
+        let made = ca.issue(&[ip.to_string()], 1).unwrap();
+        let (cp, kp) = (dir.join(format!("{ip}.crt")), dir.join(format!("{ip}.key")));
+        std::fs::write(&cp, &made.cert_pem).unwrap();
+        std::fs::write(&kp, &made.key_pem).unwrap();
+        region_cache(
+            ip,
+            origin.addr,
+            &[
+                "--admin-tls-cert",
+                cp.to_str().unwrap(),
+                "--admin-tls-key",
+                kp.to_str().unwrap(),
+            ],
+        )
+    };
+    let (p1, p2) = (cache("127.10.0.1"), cache("127.10.0.2"));
+    let mut config = base_config(origin.addr, &[&p1, &p2], &[&p1], "{ filter = \"none\" }");
+    for c in [&p1, &p2] {
+        let admin = c.admin.expect("admin");
+        config = config.replace(
+            &format!("admin = \"{admin}\" }}"),
+            &format!("admin = \"{admin}\", admin_https = true }}"),
+        );
+    }
+    assert!(config.contains("admin_https = true"), "{config}");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+    let r = start_router_with(
+        &dir,
+        &config,
+        &["--cache-admin-ca-file", ca_file.to_str().unwrap()],
+    );
+    let answers = || addresses(&dig(r.dns, &["-b", "127.1.0.5", "video.demo.example", "A"]));
+    // Caches start as healthy: still both after several polls (100 ms
+    // apart; a refused poll takes a cache out at once).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(answers().len(), 2, "{:?}", answers());
+    drop(r);
+    // Trusting another CA: neither cache passes its health check.
+    let other = vcdn_http::tls::Ca::create("someone else", 1).unwrap();
+    let other_file = dir.join("other.pem");
+    std::fs::write(&other_file, &other.cert_pem).unwrap();
+    let r = start_router_with(
+        &dir,
+        &config,
+        &["--cache-admin-ca-file", other_file.to_str().unwrap()],
+    );
+    let cached = || {
+        addresses(&dig(r.dns, &["-b", "127.1.0.5", "video.demo.example", "A"]))
+            .into_iter()
+            .filter(|a| a.starts_with("127.10."))
+            .count()
+    };
+    assert!(
+        eventually(5, || async { cached() == 0 }).await,
+        "caches with untrusted admin certificates still answered"
+    );
 }
 
 #[tokio::test]

@@ -41,8 +41,14 @@ impl Proc {
 
 /// Start `vcdn ARGS` and wait (at most 10 s) for it to print its addresses.
 pub fn spawn(args: &[&str]) -> Proc {
+    spawn_env(args, &[])
+}
+
+/// [`spawn`] with these environment variables.
+pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vcdn"))
         .args(args)
+        .envs(env.iter().copied())
         .env("VCDN_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -67,7 +73,8 @@ pub fn spawn(args: &[&str]) -> Proc {
             .recv_timeout(left)
             .unwrap_or_else(|_| panic!("vcdn {args:?} did not start"));
         let parse = |l: &str| -> Option<SocketAddr> {
-            l.split("http://")
+            // http:// or https:// (an admin API over TLS).
+            l.split("://")
                 .nth(1)?
                 .split([' ', ')'])
                 .next()?
@@ -255,4 +262,135 @@ pub fn rss_kib(pid: u32) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// A CA and an admin certificate it issued for `127.0.0.1`, written to
+/// `dir`: (the CA, certificate file, key file).
+pub fn admin_cert(dir: &Path) -> (vcdn_http::tls::Ca, String, String) {
+    let ca = vcdn_http::tls::Ca::create("admin test CA", 2).expect("CA");
+    let made = ca
+        .issue(&["127.0.0.1".into(), "localhost".into()], 2)
+        .expect("certificate");
+    let (cp, kp) = (dir.join("admin.crt"), dir.join("admin.key"));
+    std::fs::write(&cp, &made.cert_pem).expect("write");
+    std::fs::write(&kp, &made.key_pem).expect("write");
+    (
+        ca,
+        cp.to_string_lossy().into_owned(),
+        kp.to_string_lossy().into_owned(),
+    )
+}
+
+/// An admin API served over TLS with a certificate of `ca`, checked as its
+/// users meet it: `/healthz` and `/metrics` (with `metric`) open over
+/// HTTPS, `/stats` wants the token, curl trusting the CA gets in; plain
+/// HTTP on the port gets no HTTP answer, and a client trusting another CA
+/// refuses the certificate.
+pub async fn assert_admin_https_only(admin: SocketAddr, ca: &vcdn_http::tls::Ca, metric: &str) {
+    use vcdn_http::tls::{parse_chain, Trust};
+    let trust = Trust::Bundle(parse_chain(ca.cert_pem.as_bytes()).unwrap());
+    let url = format!("https://{admin}");
+    let get = |path: &'static str, token: Option<&'static str>, trust: Trust| {
+        let url = url.clone();
+        async move {
+            let auth = token.map(|t| format!("Bearer {t}"));
+            let headers: Vec<(&str, &str)> =
+                auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+            client::request_url(
+                &url,
+                &trust,
+                "GET",
+                path,
+                &headers,
+                b"",
+                Duration::from_secs(5),
+            )
+            .await
+        }
+    };
+    let r = get("/healthz", None, trust.clone()).await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let r = get("/metrics", None, trust.clone()).await.unwrap();
+    assert!(
+        r.status() == 200 && r.text().contains(metric),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        get("/stats", None, trust.clone()).await.unwrap().status(),
+        401
+    );
+    let r = get("/stats", Some(TOKEN), trust.clone()).await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text());
+    // curl, trusting the CA.
+    let dir = tempdir(&format!("admin-ca-{}", admin.port()));
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "5", "-H"])
+        .arg(format!("Authorization: Bearer {TOKEN}"))
+        .arg("--cacert")
+        .arg(&ca_file)
+        .arg(format!("{url}/stats"))
+        .output()
+        .expect("curl runs");
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && body.contains('{'), "{body}");
+    // Plain HTTP on the TLS port: no HTTP answer, no token taken.
+    let mut s = TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        format!("GET /stats HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(
+        !got.starts_with(b"HTTP/"),
+        "plain HTTP answered on the TLS admin port: {}",
+        String::from_utf8_lossy(&got)
+    );
+    // A client trusting another CA refuses the certificate.
+    let other = vcdn_http::tls::Ca::create("another CA", 1).unwrap();
+    let e = get(
+        "/healthz",
+        None,
+        Trust::Bundle(parse_chain(other.cert_pem.as_bytes()).unwrap()),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("not trusted"), "{e}");
+}
+
+/// Runs `vcdn ARGS` expecting it to refuse to start (within 10 s): its
+/// stderr.
+pub fn refused_to_start(args: &[&str]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(args)
+        .env("VCDN_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vcdn starts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            assert!(!st.success(), "vcdn {args:?} exited successfully: {err}");
+            return err;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("vcdn {args:?} started instead of refusing");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -254,6 +254,30 @@ impl Up {
             .expect("API answers")
     }
 
+    /// GET `path` on an instance's admin API as the control plane calls
+    /// it: HTTPS trusting only the internal CA (`DIR/ca.crt`), with the
+    /// instance token.
+    pub async fn instance_admin(
+        &self,
+        admin: &str,
+        path: &str,
+    ) -> Result<vcdn_http::client::ClientResponse, vcdn_http::client::ClientError> {
+        let ca = std::fs::read(self.dir.join("ca.crt")).expect("vcdn up wrote ca.crt");
+        let trust = Trust::Bundle(vcdn_http::tls::parse_chain(&ca).expect("ca.crt is PEM"));
+        let token = std::fs::read_to_string(self.dir.join("instance-token"))
+            .expect("vcdn up wrote instance-token");
+        vcdn_http::client::request_url(
+            &format!("https://{admin}"),
+            &trust,
+            "GET",
+            path,
+            &[("Authorization", &format!("Bearer {}", token.trim()))],
+            b"",
+            std::time::Duration::from_secs(5),
+        )
+        .await
+    }
+
     pub async fn services(&self) -> Vec<Value> {
         let (st, v) = self.call(OP, "GET", "/v1/services", None).await;
         assert_eq!(st, 200, "{v}");
