@@ -17,49 +17,263 @@ use super::HpackError;
 /// table (MIT licence, `src/hpack/huffman/table.rs`), EOS (30 one bits)
 /// added; the unit tests check that the code is complete and canonical.
 pub(crate) const CODES: [(u32, u8); 257] = [
-    (0x1ff8, 13), (0x7fffd8, 23), (0xfffffe2, 28), (0xfffffe3, 28), (0xfffffe4, 28), (0xfffffe5, 28),
-    (0xfffffe6, 28), (0xfffffe7, 28), (0xfffffe8, 28), (0xffffea, 24), (0x3ffffffc, 30), (0xfffffe9, 28),
-    (0xfffffea, 28), (0x3ffffffd, 30), (0xfffffeb, 28), (0xfffffec, 28), (0xfffffed, 28), (0xfffffee, 28),
-    (0xfffffef, 28), (0xffffff0, 28), (0xffffff1, 28), (0xffffff2, 28), (0x3ffffffe, 30), (0xffffff3, 28),
-    (0xffffff4, 28), (0xffffff5, 28), (0xffffff6, 28), (0xffffff7, 28), (0xffffff8, 28), (0xffffff9, 28),
-    (0xffffffa, 28), (0xffffffb, 28), (0x14, 6), (0x3f8, 10), (0x3f9, 10), (0xffa, 12),
-    (0x1ff9, 13), (0x15, 6), (0xf8, 8), (0x7fa, 11), (0x3fa, 10), (0x3fb, 10),
-    (0xf9, 8), (0x7fb, 11), (0xfa, 8), (0x16, 6), (0x17, 6), (0x18, 6),
-    (0x0, 5), (0x1, 5), (0x2, 5), (0x19, 6), (0x1a, 6), (0x1b, 6),
-    (0x1c, 6), (0x1d, 6), (0x1e, 6), (0x1f, 6), (0x5c, 7), (0xfb, 8),
-    (0x7ffc, 15), (0x20, 6), (0xffb, 12), (0x3fc, 10), (0x1ffa, 13), (0x21, 6),
-    (0x5d, 7), (0x5e, 7), (0x5f, 7), (0x60, 7), (0x61, 7), (0x62, 7),
-    (0x63, 7), (0x64, 7), (0x65, 7), (0x66, 7), (0x67, 7), (0x68, 7),
-    (0x69, 7), (0x6a, 7), (0x6b, 7), (0x6c, 7), (0x6d, 7), (0x6e, 7),
-    (0x6f, 7), (0x70, 7), (0x71, 7), (0x72, 7), (0xfc, 8), (0x73, 7),
-    (0xfd, 8), (0x1ffb, 13), (0x7fff0, 19), (0x1ffc, 13), (0x3ffc, 14), (0x22, 6),
-    (0x7ffd, 15), (0x3, 5), (0x23, 6), (0x4, 5), (0x24, 6), (0x5, 5),
-    (0x25, 6), (0x26, 6), (0x27, 6), (0x6, 5), (0x74, 7), (0x75, 7),
-    (0x28, 6), (0x29, 6), (0x2a, 6), (0x7, 5), (0x2b, 6), (0x76, 7),
-    (0x2c, 6), (0x8, 5), (0x9, 5), (0x2d, 6), (0x77, 7), (0x78, 7),
-    (0x79, 7), (0x7a, 7), (0x7b, 7), (0x7ffe, 15), (0x7fc, 11), (0x3ffd, 14),
-    (0x1ffd, 13), (0xffffffc, 28), (0xfffe6, 20), (0x3fffd2, 22), (0xfffe7, 20), (0xfffe8, 20),
-    (0x3fffd3, 22), (0x3fffd4, 22), (0x3fffd5, 22), (0x7fffd9, 23), (0x3fffd6, 22), (0x7fffda, 23),
-    (0x7fffdb, 23), (0x7fffdc, 23), (0x7fffdd, 23), (0x7fffde, 23), (0xffffeb, 24), (0x7fffdf, 23),
-    (0xffffec, 24), (0xffffed, 24), (0x3fffd7, 22), (0x7fffe0, 23), (0xffffee, 24), (0x7fffe1, 23),
-    (0x7fffe2, 23), (0x7fffe3, 23), (0x7fffe4, 23), (0x1fffdc, 21), (0x3fffd8, 22), (0x7fffe5, 23),
-    (0x3fffd9, 22), (0x7fffe6, 23), (0x7fffe7, 23), (0xffffef, 24), (0x3fffda, 22), (0x1fffdd, 21),
-    (0xfffe9, 20), (0x3fffdb, 22), (0x3fffdc, 22), (0x7fffe8, 23), (0x7fffe9, 23), (0x1fffde, 21),
-    (0x7fffea, 23), (0x3fffdd, 22), (0x3fffde, 22), (0xfffff0, 24), (0x1fffdf, 21), (0x3fffdf, 22),
-    (0x7fffeb, 23), (0x7fffec, 23), (0x1fffe0, 21), (0x1fffe1, 21), (0x3fffe0, 22), (0x1fffe2, 21),
-    (0x7fffed, 23), (0x3fffe1, 22), (0x7fffee, 23), (0x7fffef, 23), (0xfffea, 20), (0x3fffe2, 22),
-    (0x3fffe3, 22), (0x3fffe4, 22), (0x7ffff0, 23), (0x3fffe5, 22), (0x3fffe6, 22), (0x7ffff1, 23),
-    (0x3ffffe0, 26), (0x3ffffe1, 26), (0xfffeb, 20), (0x7fff1, 19), (0x3fffe7, 22), (0x7ffff2, 23),
-    (0x3fffe8, 22), (0x1ffffec, 25), (0x3ffffe2, 26), (0x3ffffe3, 26), (0x3ffffe4, 26), (0x7ffffde, 27),
-    (0x7ffffdf, 27), (0x3ffffe5, 26), (0xfffff1, 24), (0x1ffffed, 25), (0x7fff2, 19), (0x1fffe3, 21),
-    (0x3ffffe6, 26), (0x7ffffe0, 27), (0x7ffffe1, 27), (0x3ffffe7, 26), (0x7ffffe2, 27), (0xfffff2, 24),
-    (0x1fffe4, 21), (0x1fffe5, 21), (0x3ffffe8, 26), (0x3ffffe9, 26), (0xffffffd, 28), (0x7ffffe3, 27),
-    (0x7ffffe4, 27), (0x7ffffe5, 27), (0xfffec, 20), (0xfffff3, 24), (0xfffed, 20), (0x1fffe6, 21),
-    (0x3fffe9, 22), (0x1fffe7, 21), (0x1fffe8, 21), (0x7ffff3, 23), (0x3fffea, 22), (0x3fffeb, 22),
-    (0x1ffffee, 25), (0x1ffffef, 25), (0xfffff4, 24), (0xfffff5, 24), (0x3ffffea, 26), (0x7ffff4, 23),
-    (0x3ffffeb, 26), (0x7ffffe6, 27), (0x3ffffec, 26), (0x3ffffed, 26), (0x7ffffe7, 27), (0x7ffffe8, 27),
-    (0x7ffffe9, 27), (0x7ffffea, 27), (0x7ffffeb, 27), (0xffffffe, 28), (0x7ffffec, 27), (0x7ffffed, 27),
-    (0x7ffffee, 27), (0x7ffffef, 27), (0x7fffff0, 27), (0x3ffffee, 26), (0x3fffffff, 30),
+    (0x1ff8, 13),
+    (0x7fffd8, 23),
+    (0xfffffe2, 28),
+    (0xfffffe3, 28),
+    (0xfffffe4, 28),
+    (0xfffffe5, 28),
+    (0xfffffe6, 28),
+    (0xfffffe7, 28),
+    (0xfffffe8, 28),
+    (0xffffea, 24),
+    (0x3ffffffc, 30),
+    (0xfffffe9, 28),
+    (0xfffffea, 28),
+    (0x3ffffffd, 30),
+    (0xfffffeb, 28),
+    (0xfffffec, 28),
+    (0xfffffed, 28),
+    (0xfffffee, 28),
+    (0xfffffef, 28),
+    (0xffffff0, 28),
+    (0xffffff1, 28),
+    (0xffffff2, 28),
+    (0x3ffffffe, 30),
+    (0xffffff3, 28),
+    (0xffffff4, 28),
+    (0xffffff5, 28),
+    (0xffffff6, 28),
+    (0xffffff7, 28),
+    (0xffffff8, 28),
+    (0xffffff9, 28),
+    (0xffffffa, 28),
+    (0xffffffb, 28),
+    (0x14, 6),
+    (0x3f8, 10),
+    (0x3f9, 10),
+    (0xffa, 12),
+    (0x1ff9, 13),
+    (0x15, 6),
+    (0xf8, 8),
+    (0x7fa, 11),
+    (0x3fa, 10),
+    (0x3fb, 10),
+    (0xf9, 8),
+    (0x7fb, 11),
+    (0xfa, 8),
+    (0x16, 6),
+    (0x17, 6),
+    (0x18, 6),
+    (0x0, 5),
+    (0x1, 5),
+    (0x2, 5),
+    (0x19, 6),
+    (0x1a, 6),
+    (0x1b, 6),
+    (0x1c, 6),
+    (0x1d, 6),
+    (0x1e, 6),
+    (0x1f, 6),
+    (0x5c, 7),
+    (0xfb, 8),
+    (0x7ffc, 15),
+    (0x20, 6),
+    (0xffb, 12),
+    (0x3fc, 10),
+    (0x1ffa, 13),
+    (0x21, 6),
+    (0x5d, 7),
+    (0x5e, 7),
+    (0x5f, 7),
+    (0x60, 7),
+    (0x61, 7),
+    (0x62, 7),
+    (0x63, 7),
+    (0x64, 7),
+    (0x65, 7),
+    (0x66, 7),
+    (0x67, 7),
+    (0x68, 7),
+    (0x69, 7),
+    (0x6a, 7),
+    (0x6b, 7),
+    (0x6c, 7),
+    (0x6d, 7),
+    (0x6e, 7),
+    (0x6f, 7),
+    (0x70, 7),
+    (0x71, 7),
+    (0x72, 7),
+    (0xfc, 8),
+    (0x73, 7),
+    (0xfd, 8),
+    (0x1ffb, 13),
+    (0x7fff0, 19),
+    (0x1ffc, 13),
+    (0x3ffc, 14),
+    (0x22, 6),
+    (0x7ffd, 15),
+    (0x3, 5),
+    (0x23, 6),
+    (0x4, 5),
+    (0x24, 6),
+    (0x5, 5),
+    (0x25, 6),
+    (0x26, 6),
+    (0x27, 6),
+    (0x6, 5),
+    (0x74, 7),
+    (0x75, 7),
+    (0x28, 6),
+    (0x29, 6),
+    (0x2a, 6),
+    (0x7, 5),
+    (0x2b, 6),
+    (0x76, 7),
+    (0x2c, 6),
+    (0x8, 5),
+    (0x9, 5),
+    (0x2d, 6),
+    (0x77, 7),
+    (0x78, 7),
+    (0x79, 7),
+    (0x7a, 7),
+    (0x7b, 7),
+    (0x7ffe, 15),
+    (0x7fc, 11),
+    (0x3ffd, 14),
+    (0x1ffd, 13),
+    (0xffffffc, 28),
+    (0xfffe6, 20),
+    (0x3fffd2, 22),
+    (0xfffe7, 20),
+    (0xfffe8, 20),
+    (0x3fffd3, 22),
+    (0x3fffd4, 22),
+    (0x3fffd5, 22),
+    (0x7fffd9, 23),
+    (0x3fffd6, 22),
+    (0x7fffda, 23),
+    (0x7fffdb, 23),
+    (0x7fffdc, 23),
+    (0x7fffdd, 23),
+    (0x7fffde, 23),
+    (0xffffeb, 24),
+    (0x7fffdf, 23),
+    (0xffffec, 24),
+    (0xffffed, 24),
+    (0x3fffd7, 22),
+    (0x7fffe0, 23),
+    (0xffffee, 24),
+    (0x7fffe1, 23),
+    (0x7fffe2, 23),
+    (0x7fffe3, 23),
+    (0x7fffe4, 23),
+    (0x1fffdc, 21),
+    (0x3fffd8, 22),
+    (0x7fffe5, 23),
+    (0x3fffd9, 22),
+    (0x7fffe6, 23),
+    (0x7fffe7, 23),
+    (0xffffef, 24),
+    (0x3fffda, 22),
+    (0x1fffdd, 21),
+    (0xfffe9, 20),
+    (0x3fffdb, 22),
+    (0x3fffdc, 22),
+    (0x7fffe8, 23),
+    (0x7fffe9, 23),
+    (0x1fffde, 21),
+    (0x7fffea, 23),
+    (0x3fffdd, 22),
+    (0x3fffde, 22),
+    (0xfffff0, 24),
+    (0x1fffdf, 21),
+    (0x3fffdf, 22),
+    (0x7fffeb, 23),
+    (0x7fffec, 23),
+    (0x1fffe0, 21),
+    (0x1fffe1, 21),
+    (0x3fffe0, 22),
+    (0x1fffe2, 21),
+    (0x7fffed, 23),
+    (0x3fffe1, 22),
+    (0x7fffee, 23),
+    (0x7fffef, 23),
+    (0xfffea, 20),
+    (0x3fffe2, 22),
+    (0x3fffe3, 22),
+    (0x3fffe4, 22),
+    (0x7ffff0, 23),
+    (0x3fffe5, 22),
+    (0x3fffe6, 22),
+    (0x7ffff1, 23),
+    (0x3ffffe0, 26),
+    (0x3ffffe1, 26),
+    (0xfffeb, 20),
+    (0x7fff1, 19),
+    (0x3fffe7, 22),
+    (0x7ffff2, 23),
+    (0x3fffe8, 22),
+    (0x1ffffec, 25),
+    (0x3ffffe2, 26),
+    (0x3ffffe3, 26),
+    (0x3ffffe4, 26),
+    (0x7ffffde, 27),
+    (0x7ffffdf, 27),
+    (0x3ffffe5, 26),
+    (0xfffff1, 24),
+    (0x1ffffed, 25),
+    (0x7fff2, 19),
+    (0x1fffe3, 21),
+    (0x3ffffe6, 26),
+    (0x7ffffe0, 27),
+    (0x7ffffe1, 27),
+    (0x3ffffe7, 26),
+    (0x7ffffe2, 27),
+    (0xfffff2, 24),
+    (0x1fffe4, 21),
+    (0x1fffe5, 21),
+    (0x3ffffe8, 26),
+    (0x3ffffe9, 26),
+    (0xffffffd, 28),
+    (0x7ffffe3, 27),
+    (0x7ffffe4, 27),
+    (0x7ffffe5, 27),
+    (0xfffec, 20),
+    (0xfffff3, 24),
+    (0xfffed, 20),
+    (0x1fffe6, 21),
+    (0x3fffe9, 22),
+    (0x1fffe7, 21),
+    (0x1fffe8, 21),
+    (0x7ffff3, 23),
+    (0x3fffea, 22),
+    (0x3fffeb, 22),
+    (0x1ffffee, 25),
+    (0x1ffffef, 25),
+    (0xfffff4, 24),
+    (0xfffff5, 24),
+    (0x3ffffea, 26),
+    (0x7ffff4, 23),
+    (0x3ffffeb, 26),
+    (0x7ffffe6, 27),
+    (0x3ffffec, 26),
+    (0x3ffffed, 26),
+    (0x7ffffe7, 27),
+    (0x7ffffe8, 27),
+    (0x7ffffe9, 27),
+    (0x7ffffea, 27),
+    (0x7ffffeb, 27),
+    (0xffffffe, 28),
+    (0x7ffffec, 27),
+    (0x7ffffed, 27),
+    (0x7ffffee, 27),
+    (0x7ffffef, 27),
+    (0x7fffff0, 27),
+    (0x3ffffee, 26),
+    (0x3fffffff, 30),
 ];
 
 /// The EOS symbol's number in [`CODES`].
@@ -80,7 +294,11 @@ struct Tree {
 }
 
 const fn build_tree() -> Tree {
-    let mut t = Tree { child: [[UNSET; 2]; NODES], depth: [0; NODES], all_ones: [true; NODES] };
+    let mut t = Tree {
+        child: [[UNSET; 2]; NODES],
+        depth: [0; NODES],
+        all_ones: [true; NODES],
+    };
     let mut nodes = 1; // node 0 is the root
     let mut sym = 0;
     while sym < CODES.len() {
@@ -104,7 +322,10 @@ const fn build_tree() -> Tree {
             }
         }
         let bit = (code & 1) as usize;
-        assert!(t.child[node][bit] == UNSET, "Huffman code is not prefix-free");
+        assert!(
+            t.child[node][bit] == UNSET,
+            "Huffman code is not prefix-free"
+        );
         t.child[node][bit] = LEAF | sym as u16;
         sym += 1;
     }
@@ -130,7 +351,11 @@ const FAIL: u8 = 4;
 
 const fn build_decode() -> [[Step; 16]; NODES] {
     let t = build_tree();
-    let mut table = [[Step { next: 0, sym: 0, flags: 0 }; 16]; NODES];
+    let mut table = [[Step {
+        next: 0,
+        sym: 0,
+        flags: 0,
+    }; 16]; NODES];
     let mut state = 0;
     while state < NODES {
         let mut nibble = 0;
@@ -160,7 +385,11 @@ const fn build_decode() -> [[Step; 16]; NODES] {
             if flags & FAIL == 0 && t.all_ones[node] && t.depth[node] <= 7 {
                 flags |= ACCEPT;
             }
-            table[state][nibble] = Step { next: node as u8, sym, flags };
+            table[state][nibble] = Step {
+                next: node as u8,
+                sym,
+                flags,
+            };
             nibble += 1;
         }
         state += 1;
@@ -260,7 +489,10 @@ mod tests {
         // RFC 7541 C.4.1 and C.4.2.
         let mut out = Vec::new();
         encode(b"www.example.com", &mut out);
-        assert_eq!(out, [0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff]);
+        assert_eq!(
+            out,
+            [0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff]
+        );
         assert_eq!(encoded_len(b"www.example.com"), 12);
         let mut back = Vec::new();
         decode(&out, &mut back).unwrap();
@@ -305,24 +537,42 @@ mod tests {
         assert_eq!(decode(&[0b0001_1111], &mut dec), Ok(()));
         assert_eq!(dec, b"a");
         // Padding not all ones.
-        assert_eq!(decode(&[0b0001_1110], &mut Vec::new()), Err(HpackError::HuffmanPadding));
-        assert_eq!(decode(&[0b0001_1011], &mut Vec::new()), Err(HpackError::HuffmanPadding));
+        assert_eq!(
+            decode(&[0b0001_1110], &mut Vec::new()),
+            Err(HpackError::HuffmanPadding)
+        );
+        assert_eq!(
+            decode(&[0b0001_1011], &mut Vec::new()),
+            Err(HpackError::HuffmanPadding)
+        );
         // A whole byte of padding (8 bits > 7).
-        assert_eq!(decode(&[0b0001_1111, 0xFF], &mut Vec::new()), Err(HpackError::HuffmanPadding));
-        assert_eq!(decode(&[0xFF], &mut Vec::new()), Err(HpackError::HuffmanPadding));
+        assert_eq!(
+            decode(&[0b0001_1111, 0xFF], &mut Vec::new()),
+            Err(HpackError::HuffmanPadding)
+        );
+        assert_eq!(
+            decode(&[0xFF], &mut Vec::new()),
+            Err(HpackError::HuffmanPadding)
+        );
         // 7 one bits after a 9-bit... use '0' (00000, 5 bits) + 3 ones, then
         // a full symbol: "00" = 00000 00000 + 6 ones = 16 bits.
         let mut dec = Vec::new();
         assert_eq!(decode(&[0b0000_0000, 0b0011_1111], &mut dec), Ok(()));
         assert_eq!(dec, b"00");
         // An incomplete symbol that is not a prefix of EOS: '0' then 0 bits.
-        assert_eq!(decode(&[0b0000_0000], &mut Vec::new()), Err(HpackError::HuffmanPadding));
+        assert_eq!(
+            decode(&[0b0000_0000], &mut Vec::new()),
+            Err(HpackError::HuffmanPadding)
+        );
     }
 
     #[test]
     fn eos_is_an_error() {
         // EOS alone: 30 ones, padded with 2 ones.
-        assert_eq!(decode(&[0xFF, 0xFF, 0xFF, 0xFF], &mut Vec::new()), Err(HpackError::HuffmanEos));
+        assert_eq!(
+            decode(&[0xFF, 0xFF, 0xFF, 0xFF], &mut Vec::new()),
+            Err(HpackError::HuffmanEos)
+        );
         // 'a' then EOS then padding: 00011 + 30 ones + 5 ones = 40 bits.
         assert_eq!(
             decode(&[0b0001_1111, 0xFF, 0xFF, 0xFF, 0xFF], &mut Vec::new()),

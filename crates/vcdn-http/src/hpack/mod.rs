@@ -149,7 +149,11 @@ pub fn huffman_decode(s: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
 /// Read a string literal (RFC 7541 §5.2) at `block[*pos]`: a slice of the
 /// block when raw, of `scratch` when Huffman-coded.
 #[inline]
-fn read_string<'a>(block: &'a [u8], pos: &mut usize, scratch: &'a mut Vec<u8>) -> Result<&'a [u8], HpackError> {
+fn read_string<'a>(
+    block: &'a [u8],
+    pos: &mut usize,
+    scratch: &'a mut Vec<u8>,
+) -> Result<&'a [u8], HpackError> {
     let Some(&first) = block.get(*pos) else {
         return Err(HpackError::Truncated);
     };
@@ -177,7 +181,10 @@ fn lookup(table: &DynamicTable, index: u64) -> Result<(&[u8], &[u8]), HpackError
     } else {
         table.get(i - STATIC.len() - 1)
     };
-    found.ok_or(HpackError::BadIndex { index, dynamic: table.len() })
+    found.ok_or(HpackError::BadIndex {
+        index,
+        dynamic: table.len(),
+    })
 }
 
 /// Passes fields to the caller until the header list limit is reached.
@@ -270,6 +277,12 @@ impl Decoder {
         self.table.size()
     }
 
+    /// Entry `i` of the dynamic table, 0 being the newest (HPACK index
+    /// `62 + i`), for tests and diagnostics.
+    pub fn dynamic_entry(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        self.table.get(i)
+    }
+
     /// Number of entries in the dynamic table.
     pub fn table_len(&self) -> usize {
         self.table.len()
@@ -298,7 +311,14 @@ impl Decoder {
         max_list_size: usize,
         field: impl FnMut(&[u8], &[u8]),
     ) -> Result<bool, HpackError> {
-        let result = self.decode_block(block, Sink { field, left: max_list_size, passing: true });
+        let result = self.decode_block(
+            block,
+            Sink {
+                field,
+                left: max_list_size,
+                passing: true,
+            },
+        );
         if self.name_buf.capacity() > SCRATCH_KEEP {
             self.name_buf = Vec::new();
         }
@@ -308,7 +328,11 @@ impl Decoder {
         result
     }
 
-    fn decode_block<F: FnMut(&[u8], &[u8])>(&mut self, block: &[u8], mut sink: Sink<F>) -> Result<bool, HpackError> {
+    fn decode_block<F: FnMut(&[u8], &[u8])>(
+        &mut self,
+        block: &[u8],
+        mut sink: Sink<F>,
+    ) -> Result<bool, HpackError> {
         let mut pos = 0;
 
         // Dynamic table size updates: only here, at the start (§4.2).
@@ -323,13 +347,18 @@ impl Decoder {
             }
             let size = decode_int(block, &mut pos, 5)?;
             if size > self.max_allowed as u64 {
-                return Err(HpackError::TableSizeUpdateTooLarge { size, max: self.max_allowed });
+                return Err(HpackError::TableSizeUpdateTooLarge {
+                    size,
+                    max: self.max_allowed,
+                });
             }
             self.table.set_max(size as usize);
             self.update_required = false;
         }
         if self.update_required {
-            return Err(HpackError::TableSizeUpdateMissing { max: self.max_allowed });
+            return Err(HpackError::TableSizeUpdateMissing {
+                max: self.max_allowed,
+            });
         }
 
         while let Some(&b) = block.get(pos) {
@@ -377,7 +406,10 @@ impl Decoder {
 /// Whether a field must be sent "never indexed" (RFC 7541 §7.1.3): it
 /// carries credentials an intermediary must not put in a compression context.
 fn sensitive(name: &[u8]) -> bool {
-    matches!(name, b"set-cookie" | b"cookie" | b"authorization" | b"proxy-authorization")
+    matches!(
+        name,
+        b"set-cookie" | b"cookie" | b"authorization" | b"proxy-authorization"
+    )
 }
 
 /// Encodes response fields without a dynamic table (as nginx does: no
@@ -506,14 +538,37 @@ mod tests {
         let mut out = vec![0xAA];
         encode_int(value, prefix, 0, &mut out);
         let mut pos = 1;
-        assert_eq!(decode_int(&out, &mut pos, prefix), Ok(value as u64), "{value} prefix {prefix}");
+        assert_eq!(
+            decode_int(&out, &mut pos, prefix),
+            Ok(value as u64),
+            "{value} prefix {prefix}"
+        );
         assert_eq!(pos, out.len());
     }
 
     #[test]
     fn integers_round_trip() {
         for prefix in 1..=8 {
-            for value in [0, 1, 14, 15, 16, 30, 31, 126, 127, 128, 254, 255, 256, 1337, 16_383, 16_384, 1 << 21, 1 << 28] {
+            for value in [
+                0,
+                1,
+                14,
+                15,
+                16,
+                30,
+                31,
+                126,
+                127,
+                128,
+                254,
+                255,
+                256,
+                1337,
+                16_383,
+                16_384,
+                1 << 21,
+                1 << 28,
+            ] {
                 int_round_trip(value, prefix);
             }
             int_round_trip(u32::MAX as usize, prefix);
@@ -552,16 +607,28 @@ mod tests {
         out.clear();
         encode_int(u32::MAX as usize + 1, 7, 0, &mut out);
         pos = 0;
-        assert_eq!(decode_int(&out, &mut pos, 7), Err(HpackError::IntegerOverflow));
+        assert_eq!(
+            decode_int(&out, &mut pos, 7),
+            Err(HpackError::IntegerOverflow)
+        );
         // Six continuation bytes, even of zeros, are refused.
         pos = 0;
-        assert_eq!(decode_int(&[0x7f, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00], &mut pos, 7), Err(HpackError::IntegerOverflow));
+        assert_eq!(
+            decode_int(&[0x7f, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00], &mut pos, 7),
+            Err(HpackError::IntegerOverflow)
+        );
         // Five, with a zero tail, are accepted (redundant but valid encoding).
         pos = 0;
-        assert_eq!(decode_int(&[0x7f, 0x81, 0x80, 0x80, 0x80, 0x00], &mut pos, 7), Ok(128));
+        assert_eq!(
+            decode_int(&[0x7f, 0x81, 0x80, 0x80, 0x80, 0x00], &mut pos, 7),
+            Ok(128)
+        );
         // Truncated continuation.
         pos = 0;
-        assert_eq!(decode_int(&[0x7f, 0x80], &mut pos, 7), Err(HpackError::Truncated));
+        assert_eq!(
+            decode_int(&[0x7f, 0x80], &mut pos, 7),
+            Err(HpackError::Truncated)
+        );
         pos = 0;
         assert_eq!(decode_int(&[], &mut pos, 7), Err(HpackError::Truncated));
     }

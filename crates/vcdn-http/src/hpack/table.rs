@@ -80,7 +80,10 @@ const fn name_hash(name: &[u8]) -> usize {
     if n == 0 {
         return 0;
     }
-    (n.wrapping_mul(31) ^ (name[n / 2] as usize).wrapping_mul(7) ^ (name[n - 1] as usize).wrapping_mul(131)) % SLOTS
+    (n.wrapping_mul(31)
+        ^ (name[n / 2] as usize).wrapping_mul(7)
+        ^ (name[n - 1] as usize).wrapping_mul(131))
+        % SLOTS
 }
 
 const fn same(a: &[u8], b: &[u8]) -> bool {
@@ -156,7 +159,10 @@ impl Entry {
         let mut data = Vec::with_capacity(name.len() + value.len());
         data.extend_from_slice(name);
         data.extend_from_slice(value);
-        Entry { data: data.into_boxed_slice(), name_len: name.len() }
+        Entry {
+            data: data.into_boxed_slice(),
+            name_len: name.len(),
+        }
     }
 
     pub(crate) fn name(&self) -> &[u8] {
@@ -186,7 +192,11 @@ pub(crate) struct DynamicTable {
 
 impl DynamicTable {
     pub(crate) fn new(max: usize) -> DynamicTable {
-        DynamicTable { entries: VecDeque::new(), size: 0, max }
+        DynamicTable {
+            entries: VecDeque::new(),
+            size: 0,
+            max,
+        }
     }
 
     /// Entry `i`, 0 being the newest (HPACK index 62).
@@ -265,8 +275,19 @@ mod tests {
             assert!(first == 1 || STATIC[first - 2].0 != *name);
             assert_eq!(static_exact(first, name, value), Some(i + 1));
         }
-        for absent in [&b"x-cache"[..], b"", b"content-lengthx", b":statu", b"Server"] {
-            assert_eq!(static_name(absent), None, "{}", String::from_utf8_lossy(absent));
+        for absent in [
+            &b"x-cache"[..],
+            b"",
+            b"content-lengthx",
+            b":statu",
+            b"Server",
+        ] {
+            assert_eq!(
+                static_name(absent),
+                None,
+                "{}",
+                String::from_utf8_lossy(absent)
+            );
         }
         assert_eq!(static_exact(8, b":status", b"302"), None);
         assert_eq!(static_exact(61, b"www-authenticate", b"x"), None);
