@@ -12,6 +12,7 @@ pub mod chunked;
 pub mod client;
 pub mod date;
 pub mod header;
+pub mod hpack;
 pub mod request;
 pub mod response;
 pub mod serve;
