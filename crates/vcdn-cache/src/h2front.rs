@@ -336,6 +336,10 @@ impl Front<'_> {
             if self.streams.is_empty() {
                 // Idle connections hold no buffers.
                 self.h2.shrink();
+                self.h2.out = Vec::new();
+                if self.rbuf.is_empty() {
+                    self.rbuf = BytesMut::new();
+                }
                 self.streams = HashMap::new();
                 self.scratch = Vec::new();
                 self.spare = Vec::new();
@@ -511,7 +515,8 @@ impl Front<'_> {
             Ok(AtOnce::Written { .. }) => {
                 cache.metrics.add_hits(&mut tally);
                 let scratch = std::mem::take(&mut self.scratch);
-                let n = memchr::memmem::find(&scratch, b"\r\n\r\n").map_or(scratch.len(), |i| i + 4);
+                let n =
+                    memchr::memmem::find(&scratch, b"\r\n\r\n").map_or(scratch.len(), |i| i + 4);
                 let body = &scratch[n..];
                 let end = body.is_empty();
                 if self.send_head(id, &scratch[..n], end) && !end {
@@ -585,7 +590,7 @@ impl Front<'_> {
             peer: self.peer,
             tx: self.tx.clone(),
             credit: credit.clone(),
-            limits: self.limits.clone(),
+            limits: self.limits,
         };
         let handle = tokio::spawn(t.run(job)).abort_handle();
         let a = self.streams.entry(id).or_default();
@@ -602,7 +607,11 @@ impl Front<'_> {
             Msg::Interim(head) => {
                 self.block.clear();
                 encode_head(&mut self.enc, &head, &mut self.block);
-                if self.block.first().is_some_and(|_| head.get(9) == Some(&b'1')) {
+                if self
+                    .block
+                    .first()
+                    .is_some_and(|_| head.get(9) == Some(&b'1'))
+                {
                     self.h2.send_headers(id, &self.block, false);
                 }
             }
@@ -680,7 +689,7 @@ impl Front<'_> {
                     break;
                 };
                 let n = self.h2.send_data(id, b, last);
-                let _ = bytes::Buf::advance(b, n);
+                bytes::Buf::advance(b, n);
                 if b.is_empty() {
                     if *credit > 0 {
                         if let Some(c) = &a.credit {
@@ -782,7 +791,7 @@ async fn read_some(
             Err(_) => return Err(io::ErrorKind::TimedOut.into()),
         };
         let mut buf = [0u8; READ];
-        match guard.try_io(|s| (&mut &*s.get_ref()).read(&mut buf)) {
+        match guard.try_io(|s| (&mut s.get_ref()).read(&mut buf)) {
             Ok(Ok(n)) => {
                 if n < READ {
                     guard.clear_ready();
@@ -845,8 +854,14 @@ fn encode_head(enc: &mut Encoder, head: &[u8], out: &mut Vec<u8>) {
 }
 
 fn trim(v: &[u8]) -> &[u8] {
-    let s = v.iter().position(|&c| c != b' ' && c != b'\t').unwrap_or(v.len());
-    let e = v.iter().rposition(|&c| c != b' ' && c != b'\t').map_or(s, |e| e + 1);
+    let s = v
+        .iter()
+        .position(|&c| c != b' ' && c != b'\t')
+        .unwrap_or(v.len());
+    let e = v
+        .iter()
+        .rposition(|&c| c != b' ' && c != b'\t')
+        .map_or(s, |e| e + 1);
     &v[s..e]
 }
 
@@ -1063,7 +1078,8 @@ impl Task {
             }
         };
         let (reply, pumped) = tokio::join!(
-            self.cache.handle(&head, RequestBody::Stream(rx), self.peer.ip()),
+            self.cache
+                .handle(&head, RequestBody::Stream(rx), self.peer.ip()),
             pump
         );
         if let Err(r) = pumped {
@@ -1269,12 +1285,7 @@ mod tests {
             .unwrap());
         let fields: Vec<(String, String)> = fields
             .into_iter()
-            .map(|(n, v)| {
-                (
-                    String::from_utf8(n).unwrap(),
-                    String::from_utf8(v).unwrap(),
-                )
-            })
+            .map(|(n, v)| (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap()))
             .collect();
         assert_eq!(
             fields,

@@ -340,10 +340,7 @@ impl Connection {
         }
         self.local_resets += 1;
         if self.local_resets > self.cfg.max_local_error_resets {
-            return Err((
-                Reason::EnhanceYourCalm,
-                "too many streams reset for errors",
-            ));
+            return Err((Reason::EnhanceYourCalm, "too many streams reset for errors"));
         }
         Ok(())
     }
@@ -500,7 +497,7 @@ impl Connection {
             }
             return Ok(());
         }
-        if h.len % 6 != 0 {
+        if !h.len.is_multiple_of(6) {
             return Err((Reason::FrameSizeError, "SETTINGS not a multiple of 6 bytes"));
         }
         for s in p.chunks_exact(6) {
@@ -549,7 +546,10 @@ impl Connection {
             return Ok(p);
         }
         let Some(&pad) = p.first() else {
-            return Err((Reason::FrameSizeError, "a padded frame without its pad length"));
+            return Err((
+                Reason::FrameSizeError,
+                "a padded frame without its pad length",
+            ));
         };
         if pad as usize >= p.len() {
             return Err((Reason::ProtocolError, "padding as long as the frame"));
@@ -687,7 +687,7 @@ impl Connection {
                 kind = BlockKind::Discard(Some(Reason::ProtocolError));
             }
         }
-        if h.stream % 2 == 0 {
+        if h.stream.is_multiple_of(2) {
             return Err((Reason::ProtocolError, "a client stream with an even id"));
         }
         let end_stream = h.has(frame::END_STREAM);
@@ -782,7 +782,12 @@ impl Connection {
         self.block_bytes.clear();
         let decoded = match decoded {
             Ok(d) => d,
-            Err(_) => return Err((Reason::CompressionError, "a header block HPACK cannot decode")),
+            Err(_) => {
+                return Err((
+                    Reason::CompressionError,
+                    "a header block HPACK cannot decode",
+                ))
+            }
         };
         match b.kind {
             BlockKind::Discard(None) => Ok(()),

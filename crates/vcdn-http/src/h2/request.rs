@@ -311,12 +311,7 @@ mod tests {
         // Pseudo-headers after a field; missing or empty ones.
         assert!(build(&[("accept", "*/*"), (":method", "GET")]).is_err());
         assert!(build(&GET[..3]).is_err());
-        assert!(build(&[
-            (":method", "GET"),
-            (":scheme", "http"),
-            (":path", "")
-        ])
-        .is_err());
+        assert!(build(&[(":method", "GET"), (":scheme", "http"), (":path", "")]).is_err());
         assert!(build(&[(":method", "GET"), (":scheme", "http"), (":path", "/ x")]).is_err());
     }
 }

@@ -57,7 +57,12 @@ fn written(c: &mut Connection) -> Vec<(u8, u8, u32, Vec<u8>)> {
     let mut v = Vec::new();
     let mut at = 0;
     while let Some(h) = Head::parse(&out[at..]) {
-        v.push((h.ty, h.flags, h.stream, out[at + 9..at + 9 + h.len].to_vec()));
+        v.push((
+            h.ty,
+            h.flags,
+            h.stream,
+            out[at + 9..at + 9 + h.len].to_vec(),
+        ));
         at += 9 + h.len;
     }
     assert_eq!(at, out.len());
@@ -115,7 +120,12 @@ fn a_request_becomes_an_event_and_its_answer_frames() {
     let mut c = open(Config::default());
     let (r, ev) = feed(
         &mut c,
-        &fr(HEADERS, END_HEADERS | END_STREAM, 1, &block("GET", "/a", &[])),
+        &fr(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            1,
+            &block("GET", "/a", &[]),
+        ),
     );
     r.unwrap();
     let Event::Request {
@@ -151,19 +161,31 @@ fn frame_errors_have_their_codes() {
         (fr(SETTINGS, 0, 1, &[]), Reason::ProtocolError),
         (fr(SETTINGS, 0, 0, &[0; 5]), Reason::FrameSizeError),
         (fr(SETTINGS, ACK, 0, &[0; 6]), Reason::FrameSizeError),
-        (fr(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 2]), Reason::ProtocolError),
+        (
+            fr(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 2]),
+            Reason::ProtocolError,
+        ),
         (
             fr(SETTINGS, 0, 0, &[0, 4, 0x80, 0, 0, 0]),
             Reason::FlowControlError,
         ),
-        (fr(SETTINGS, 0, 0, &[0, 5, 0, 0, 0, 1]), Reason::ProtocolError),
+        (
+            fr(SETTINGS, 0, 0, &[0, 5, 0, 0, 0, 1]),
+            Reason::ProtocolError,
+        ),
         (fr(PING, 0, 0, &[0; 7]), Reason::FrameSizeError),
         (fr(PING, 0, 1, &[0; 8]), Reason::ProtocolError),
-        (fr(PUSH_PROMISE, END_HEADERS, 1, &[0; 4]), Reason::ProtocolError),
+        (
+            fr(PUSH_PROMISE, END_HEADERS, 1, &[0; 4]),
+            Reason::ProtocolError,
+        ),
         (fr(GOAWAY, 0, 1, &[0; 8]), Reason::ProtocolError),
         (fr(WINDOW_UPDATE, 0, 0, &[0; 4]), Reason::ProtocolError),
         (fr(WINDOW_UPDATE, 0, 0, &[0; 3]), Reason::FrameSizeError),
-        (fr(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 1]), Reason::ProtocolError),
+        (
+            fr(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 1]),
+            Reason::ProtocolError,
+        ),
         (fr(CONTINUATION, END_HEADERS, 1, &[]), Reason::ProtocolError),
         (fr(DATA, 0, 1, &vec![0; 16_385]), Reason::FrameSizeError),
     ];
@@ -173,7 +195,12 @@ fn frame_errors_have_their_codes() {
     }
     // Padding as long as the frame.
     let mut c = open(Config::default());
-    let mut b = fr(HEADERS, END_HEADERS | END_STREAM, 1, &block("GET", "/", &[]));
+    let mut b = fr(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &block("GET", "/", &[]),
+    );
     b.extend_from_slice(&fr(DATA, PADDED, 1, &[3, 0, 0]));
     assert_eq!(conn_error(&mut c, &b), Reason::ProtocolError);
     // An HPACK block that does not decode.
@@ -192,12 +219,27 @@ fn frame_errors_have_their_codes() {
 fn stream_states_are_enforced() {
     // A new stream below the last one; HEADERS on a closed stream.
     let mut c = open(Config::default());
-    let mut b = fr(HEADERS, END_HEADERS | END_STREAM, 5, &block("GET", "/", &[]));
-    b.extend_from_slice(&fr(HEADERS, END_HEADERS | END_STREAM, 3, &block("GET", "/", &[])));
+    let mut b = fr(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        5,
+        &block("GET", "/", &[]),
+    );
+    b.extend_from_slice(&fr(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        3,
+        &block("GET", "/", &[]),
+    ));
     assert_eq!(conn_error(&mut c, &b), Reason::StreamClosed);
     // DATA on a half-closed (remote) stream: STREAM_CLOSED on the stream.
     let mut c = open(Config::default());
-    let mut b = fr(HEADERS, END_HEADERS | END_STREAM, 1, &block("GET", "/", &[]));
+    let mut b = fr(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &block("GET", "/", &[]),
+    );
     b.extend_from_slice(&fr(DATA, 0, 1, b"x"));
     assert_eq!(stream_error(&mut c, &b), (1, Reason::StreamClosed as u32));
     // A stream that depends on itself.
@@ -218,7 +260,12 @@ fn stream_states_are_enforced() {
     // Malformed requests: PROTOCOL_ERROR on the stream.
     for extra in [("connection", "close"), ("te", "gzip"), ("Upper", "x")] {
         let mut c = open(Config::default());
-        let b = fr(HEADERS, END_HEADERS | END_STREAM, 1, &block("GET", "/", &[extra]));
+        let b = fr(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            1,
+            &block("GET", "/", &[extra]),
+        );
         assert_eq!(stream_error(&mut c, &b), (1, Reason::ProtocolError as u32));
     }
     // Trailers without END_STREAM.
@@ -243,7 +290,10 @@ fn content_length_must_match_the_data() {
     b.extend_from_slice(&fr(DATA, END_STREAM, 1, b"d"));
     let (r, ev) = feed(&mut c, &b);
     r.unwrap();
-    assert!(matches!(ev.last(), Some(Event::Reset { id: 1, .. })), "{ev:?}");
+    assert!(
+        matches!(ev.last(), Some(Event::Reset { id: 1, .. })),
+        "{ev:?}"
+    );
     let w = written(&mut c);
     assert_eq!(code(&w.last().unwrap().3, 0), Reason::ProtocolError as u32);
     // Right: data events, the last with end.
@@ -319,15 +369,24 @@ fn flow_control_both_ways() {
     c.release(1, 32_768);
     let w = written(&mut c);
     assert_eq!(w.len(), 2, "{w:?}");
-    assert!(w.iter().all(|f| f.0 == WINDOW_UPDATE && code(&f.3, 0) == 32_768));
+    assert!(w
+        .iter()
+        .all(|f| f.0 == WINDOW_UPDATE && code(&f.3, 0) == 32_768));
 
     // Sending: the peer's windows bound DATA; WINDOW_UPDATE and SETTINGS
     // move them; overflow is an error.
     let mut c = open(cfg.clone());
-    feed(&mut c, &fr(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 10])).0.unwrap();
+    feed(&mut c, &fr(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 10]))
+        .0
+        .unwrap();
     feed(
         &mut c,
-        &fr(HEADERS, END_HEADERS | END_STREAM, 1, &block("GET", "/", &[])),
+        &fr(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            1,
+            &block("GET", "/", &[]),
+        ),
     )
     .0
     .unwrap();
@@ -336,16 +395,25 @@ fn flow_control_both_ways() {
     assert_eq!(c.send_data(1, &[1; 25], true), 10);
     assert_eq!(c.capacity(1), 0);
     assert_eq!(c.send_data(1, &[1; 15], true), 0);
-    feed(&mut c, &fr(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 5])).0.unwrap();
+    feed(&mut c, &fr(WINDOW_UPDATE, 0, 1, &[0, 0, 0, 5]))
+        .0
+        .unwrap();
     assert_eq!(c.capacity(1), 5);
-    feed(&mut c, &fr(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 20])).0.unwrap();
+    feed(&mut c, &fr(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 20]))
+        .0
+        .unwrap();
     assert_eq!(c.capacity(1), 15);
     assert_eq!(c.send_data(1, &[1; 15], true), 15);
     assert!(!c.can_send(1));
     let mut c = open(cfg.clone());
     feed(
         &mut c,
-        &fr(HEADERS, END_HEADERS | END_STREAM, 1, &block("GET", "/", &[])),
+        &fr(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            1,
+            &block("GET", "/", &[]),
+        ),
     )
     .0
     .unwrap();
@@ -474,7 +542,12 @@ fn streams_over_the_limit_are_refused_and_resets_are_bounded() {
         let id = 1 + 2 * i;
         let (r, _) = feed(
             &mut c,
-            &fr(HEADERS, END_HEADERS | END_STREAM, id, &block("GET", "/", &[])),
+            &fr(
+                HEADERS,
+                END_HEADERS | END_STREAM,
+                id,
+                &block("GET", "/", &[]),
+            ),
         );
         r.unwrap();
         c.send_headers(id, &[0x88], true);
@@ -491,7 +564,12 @@ fn goaway_stops_new_streams_and_names_the_last() {
     let mut c = open(Config::default());
     feed(
         &mut c,
-        &fr(HEADERS, END_HEADERS | END_STREAM, 7, &block("GET", "/", &[])),
+        &fr(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            7,
+            &block("GET", "/", &[]),
+        ),
     )
     .0
     .unwrap();
@@ -503,7 +581,12 @@ fn goaway_stops_new_streams_and_names_the_last() {
     assert!(c.going_away() && !c.failed());
     let (r, ev) = feed(
         &mut c,
-        &fr(HEADERS, END_HEADERS | END_STREAM, 9, &block("GET", "/", &[])),
+        &fr(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            9,
+            &block("GET", "/", &[]),
+        ),
     );
     assert!(r.is_ok() && ev.is_empty(), "{ev:?}");
     assert!(c.can_send(7), "open streams finish");
@@ -516,12 +599,23 @@ fn pings_are_answered_and_large_header_blocks_are_split() {
     assert_eq!(written(&mut c), [(PING, ACK, 0, b"12345678".to_vec())]);
     feed(
         &mut c,
-        &fr(HEADERS, END_HEADERS | END_STREAM, 1, &block("GET", "/", &[])),
+        &fr(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            1,
+            &block("GET", "/", &[]),
+        ),
     )
     .0
     .unwrap();
     assert!(c.send_headers(1, &vec![0; 20_000], true));
     let w = written(&mut c);
-    assert_eq!((w[0].0, w[0].1, w[0].3.len()), (HEADERS, END_STREAM, 16_384));
-    assert_eq!((w[1].0, w[1].1, w[1].3.len()), (CONTINUATION, END_HEADERS, 3_616));
+    assert_eq!(
+        (w[0].0, w[0].1, w[0].3.len()),
+        (HEADERS, END_STREAM, 16_384)
+    );
+    assert_eq!(
+        (w[1].0, w[1].1, w[1].3.len()),
+        (CONTINUATION, END_HEADERS, 3_616)
+    );
 }
