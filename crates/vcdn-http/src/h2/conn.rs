@@ -715,17 +715,19 @@ impl Connection {
                 }
             }
         }
-        self.block = Some(Block {
+        let b = Block {
             stream: h.stream,
             end_stream,
             kind,
             frames: 0,
-        });
+        };
+        if h.has(frame::END_HEADERS) {
+            // The usual case: decoded from the frame, no copy.
+            return self.end_block(b, &frag, events);
+        }
+        self.block = Some(b);
         self.block_bytes.clear();
         self.block_bytes.extend_from_slice(&frag);
-        if h.has(frame::END_HEADERS) {
-            return self.end_block(events);
-        }
         Ok(())
     }
 
@@ -753,33 +755,39 @@ impl Connection {
         }
         self.block_bytes.extend_from_slice(&p);
         if h.has(frame::END_HEADERS) {
-            return self.end_block(events);
+            let b = self.block.take().expect("a block");
+            let block = std::mem::take(&mut self.block_bytes);
+            let r = self.end_block(b, &block, events);
+            self.block_bytes = block;
+            self.block_bytes.clear();
+            return r;
         }
         Ok(())
     }
 
     /// A whole header block: decode it (always, to keep the HPACK table in
     /// step) and act on it.
-    fn end_block(&mut self, events: &mut Vec<Event>) -> Result<(), (Reason, &'static str)> {
-        let b = self.block.take().expect("a block");
-        let block = std::mem::take(&mut self.block_bytes);
+    fn end_block(
+        &mut self,
+        b: Block,
+        block: &[u8],
+        events: &mut Vec<Event>,
+    ) -> Result<(), (Reason, &'static str)> {
         let max = self.cfg.max_header_list;
         let id = b.stream;
         let decoded = match b.kind {
             BlockKind::Open => {
                 let mut builder = Builder::default();
-                let r = self.decoder.decode(&block, max, |n, v| builder.field(n, v));
+                let r = self.decoder.decode(block, max, |n, v| builder.field(n, v));
                 r.map(|fits| fits.then(|| builder.finish()))
             }
             BlockKind::Trailers => {
                 let mut ok = true;
-                let r = self.decoder.decode(&block, max, |n, _| ok &= trailer_ok(n));
+                let r = self.decoder.decode(block, max, |n, _| ok &= trailer_ok(n));
                 r.map(|_| Some(if ok { Err("") } else { Err("bad trailer") }))
             }
-            BlockKind::Discard(_) => self.decoder.decode(&block, max, |_, _| {}).map(|_| None),
+            BlockKind::Discard(_) => self.decoder.decode(block, max, |_, _| {}).map(|_| None),
         };
-        self.block_bytes = block;
-        self.block_bytes.clear();
         let decoded = match decoded {
             Ok(d) => d,
             Err(_) => {

@@ -67,15 +67,16 @@ impl Request {
 }
 
 /// Builds a [`Request`] from fields as the HPACK decoder gives them.
+/// Pseudo-headers come first (RFC 9113 §8.3); at the first regular field
+/// the request line is written, and the fields go straight after it.
 #[derive(Default)]
 pub struct Builder {
     method: Option<Vec<u8>>,
     scheme: bool,
     path: Option<Vec<u8>>,
     authority: Option<Vec<u8>>,
-    /// Regular fields, serialised; `host` ones kept aside.
-    fields: Vec<u8>,
-    hosts: Vec<Vec<u8>>,
+    /// The head being written, once the pseudo-headers are all there.
+    head: Vec<u8>,
     cookies: Vec<u8>,
     content_length: Option<u64>,
     regular_seen: bool,
@@ -120,7 +121,12 @@ impl Builder {
             *slot = Some(value.to_vec());
             return;
         }
-        self.regular_seen = true;
+        if !self.regular_seen {
+            self.regular_seen = true;
+            if let Err(why) = self.request_line() {
+                return self.bad(why);
+            }
+        }
         if !is_token(name) || name.iter().any(|c| c.is_ascii_uppercase()) {
             return self.bad("a field name that is not a lowercase token");
         }
@@ -133,7 +139,12 @@ impl Builder {
                     self.bad("te other than trailers");
                 }
             }
-            b"host" => self.hosts.push(value.to_vec()),
+            b"host" => match &self.authority {
+                // RFC 9113 §8.3.1: Host, if also sent, must name the same.
+                Some(a) if a != value => self.bad("a host field that differs from :authority"),
+                Some(_) => {}
+                None => self.line(b"host", value),
+            },
             b"cookie" => {
                 // RFC 9113 §8.2.3: crumbs are joined into one field.
                 if !self.cookies.is_empty() {
@@ -152,21 +163,20 @@ impl Builder {
                     (Some(n), _) => self.content_length = Some(n),
                 }
             }
-            _ => {
-                self.fields.extend_from_slice(name);
-                self.fields.extend_from_slice(b": ");
-                self.fields.extend_from_slice(value);
-                self.fields.extend_from_slice(b"\r\n");
-            }
+            _ => self.line(name, value),
         }
     }
 
-    /// The request, or why it is malformed.
-    pub fn finish(self) -> Result<Request, &'static str> {
-        if let Some(why) = self.malformed {
-            return Err(why);
-        }
-        let Some(method) = self.method else {
+    fn line(&mut self, name: &[u8], value: &[u8]) {
+        self.head.extend_from_slice(name);
+        self.head.extend_from_slice(b": ");
+        self.head.extend_from_slice(value);
+        self.head.extend_from_slice(b"\r\n");
+    }
+
+    /// Check the pseudo-headers and write the request line and `host`.
+    fn request_line(&mut self) -> Result<(), &'static str> {
+        let Some(method) = &self.method else {
             return Err("no :method");
         };
         let connect = method == b"CONNECT";
@@ -175,57 +185,54 @@ impl Builder {
                 return Err(":scheme or :path in a CONNECT");
             }
             match &self.authority {
-                Some(a) => a.clone(),
+                Some(a) => a,
                 None => return Err("no :authority in a CONNECT"),
             }
         } else {
-            match self.path {
+            match &self.path {
                 Some(p) if !p.is_empty() && self.scheme => p,
                 Some(_) if self.scheme => return Err("an empty :path"),
                 _ => return Err("no :scheme or :path"),
             }
         };
-        if !is_token(&method) {
+        if !is_token(method) {
             return Err("a :method that is not a token");
         }
         if target.iter().any(|&c| c <= b' ' || c == 0x7f) {
             return Err("a :path with spaces or control characters");
         }
-        let mut h = Vec::with_capacity(
-            method.len() + target.len() + self.fields.len() + self.cookies.len() + 64,
-        );
-        h.extend_from_slice(&method);
+        let h = &mut self.head;
+        h.reserve(method.len() + target.len() + 256);
+        h.extend_from_slice(method);
         h.push(b' ');
-        h.extend_from_slice(&target);
+        h.extend_from_slice(target);
         h.extend_from_slice(b" HTTP/1.1\r\n");
-        match &self.authority {
-            Some(a) => {
-                // RFC 9113 §8.3.1: Host, if also sent, must name the same.
-                if self.hosts.iter().any(|v| v != a) {
-                    return Err("a host field that differs from :authority");
-                }
-                h.extend_from_slice(b"host: ");
-                h.extend_from_slice(a);
-                h.extend_from_slice(b"\r\n");
-            }
-            None => {
-                for v in &self.hosts {
-                    h.extend_from_slice(b"host: ");
-                    h.extend_from_slice(v);
-                    h.extend_from_slice(b"\r\n");
-                }
-            }
-        }
-        h.extend_from_slice(&self.fields);
-        if !self.cookies.is_empty() {
-            h.extend_from_slice(b"cookie: ");
-            h.extend_from_slice(&self.cookies);
+        if let Some(a) = &self.authority {
+            h.extend_from_slice(b"host: ");
+            h.extend_from_slice(a);
             h.extend_from_slice(b"\r\n");
         }
+        Ok(())
+    }
+
+    /// The request, or why it is malformed.
+    pub fn finish(mut self) -> Result<Request, &'static str> {
+        if !self.regular_seen {
+            self.regular_seen = true;
+            self.request_line()?;
+        }
+        if let Some(why) = self.malformed {
+            return Err(why);
+        }
+        if !self.cookies.is_empty() {
+            self.head.extend_from_slice(b"cookie: ");
+            self.head.extend_from_slice(&self.cookies);
+            self.head.extend_from_slice(b"\r\n");
+        }
         Ok(Request {
-            head: h,
+            head: self.head,
             content_length: self.content_length,
-            head_only: method == b"HEAD",
+            head_only: self.method.as_deref() == Some(b"HEAD"),
         })
     }
 }

@@ -619,3 +619,60 @@ fn pings_are_answered_and_large_header_blocks_are_split() {
         (CONTINUATION, END_HEADERS, 3_616)
     );
 }
+
+/// Valid exchanges with random bytes flipped, cut into random reads: never
+/// a panic, the output is whole frames, the stream limit holds (the fuzz
+/// target `h2_core` does this at scale).
+#[test]
+fn mangled_input_never_panics_and_the_output_stays_framed() {
+    let mut good = Vec::new();
+    good.extend_from_slice(&fr(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 100]));
+    for id in [1u32, 3, 5, 7] {
+        good.extend_from_slice(&fr(
+            HEADERS,
+            END_HEADERS,
+            id,
+            &block("POST", "/x", &[("content-length", "3")]),
+        ));
+        good.extend_from_slice(&fr(DATA, END_STREAM, id, b"abc"));
+        good.extend_from_slice(&fr(WINDOW_UPDATE, 0, id, &[0, 0, 1, 0]));
+        good.extend_from_slice(&fr(RST_STREAM, 0, id, &[0, 0, 0, 8]));
+    }
+    good.extend_from_slice(&fr(PING, 0, 0, &[7; 8]));
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..3000 {
+        let mut input = good.clone();
+        for _ in 0..(next() % 6) {
+            let at = (next() as usize) % input.len();
+            input[at] = next() as u8;
+        }
+        let mut c = open(Config {
+            max_concurrent_streams: 3,
+            ..Config::default()
+        });
+        let mut buf = BytesMut::new();
+        let mut ev = Vec::new();
+        let mut rest = &input[..];
+        while !rest.is_empty() {
+            let n = 1 + (next() as usize) % rest.len();
+            buf.extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            let _ = c.recv(&mut buf, &mut ev);
+            for e in ev.drain(..) {
+                if let Event::Request { id, .. } = e {
+                    if c.send_headers(id, &[0x88], false) {
+                        c.send_data(id, &[1; 100], true);
+                    }
+                }
+            }
+            assert!(c.active() <= 3);
+        }
+        written(&mut c);
+    }
+}
