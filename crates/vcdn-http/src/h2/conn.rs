@@ -154,6 +154,11 @@ pub struct Connection {
     opened: u64,
     local_resets: usize,
     peer_goaway: bool,
+    /// The client's SETTINGS_HEADER_TABLE_SIZE.
+    peer_table_size: u32,
+    /// The client lowered it: the next header block starts with a size
+    /// update (to 0: this side never indexes), RFC 7541 §4.2.
+    table_update: bool,
 }
 
 impl Connection {
@@ -200,6 +205,8 @@ impl Connection {
             opened: 0,
             local_resets: 0,
             peer_goaway: false,
+            peer_table_size: DEFAULT_TABLE_SIZE as u32,
+            table_update: false,
         }
     }
 
@@ -522,6 +529,12 @@ impl Connection {
                             return Err((Reason::FlowControlError, "a stream window over 2^31-1"));
                         }
                     }
+                }
+                SETTINGS_HEADER_TABLE_SIZE => {
+                    if v < self.peer_table_size {
+                        self.table_update = true;
+                    }
+                    self.peer_table_size = v;
                 }
                 SETTINGS_MAX_FRAME_SIZE => {
                     if !(16_384..=(1 << 24) - 1).contains(&v) {
@@ -888,6 +901,13 @@ impl Connection {
     pub fn send_headers(&mut self, id: u32, block: &[u8], end_stream: bool) -> bool {
         if !self.can_send(id) {
             return false;
+        }
+        if self.table_update {
+            self.table_update = false;
+            let mut b = Vec::with_capacity(block.len() + 1);
+            b.push(0x20);
+            b.extend_from_slice(block);
+            return self.send_headers(id, &b, end_stream);
         }
         let max = self.peer_max_frame;
         let mut parts = block.chunks(max).peekable();

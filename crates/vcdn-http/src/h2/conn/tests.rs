@@ -676,3 +676,32 @@ fn mangled_input_never_panics_and_the_output_stays_framed() {
         written(&mut c);
     }
 }
+
+#[test]
+fn a_lowered_header_table_size_is_acknowledged_in_the_next_block() {
+    let mut c = open(Config::default());
+    feed(&mut c, &fr(SETTINGS, 0, 0, &[0, 1, 0, 0, 0, 0]))
+        .0
+        .unwrap();
+    for id in [1, 3] {
+        feed(
+            &mut c,
+            &fr(
+                HEADERS,
+                END_HEADERS | END_STREAM,
+                id,
+                &block("GET", "/", &[]),
+            ),
+        )
+        .0
+        .unwrap();
+        c.send_headers(id, &[0x88], true);
+    }
+    let w = written(&mut c);
+    let heads: Vec<_> = w
+        .iter()
+        .filter(|f| f.0 == HEADERS)
+        .map(|f| f.3.clone())
+        .collect();
+    assert_eq!(heads, [vec![0x20, 0x88], vec![0x88]]);
+}
