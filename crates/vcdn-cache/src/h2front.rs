@@ -477,9 +477,7 @@ impl Front<'_> {
                         return;
                     }
                 }
-                if end {
-                    self.settle(id);
-                }
+                self.settle(id);
             }
             Event::Reset { id, .. } => {
                 self.streams.remove(&id);
@@ -665,7 +663,9 @@ impl Front<'_> {
             return;
         }
         if self.h2.receiving(id) {
-            if a.linger.is_none() && a.body.is_none() {
+            // Answered while the client still sends: drop what comes for a
+            // while (the task that read it is done).
+            if a.linger.is_none() {
                 self.linger(id);
             }
             return;
