@@ -105,7 +105,6 @@ pub(crate) async fn serve(
         max_local_error_resets: cfg.h2_max_local_error_reset_streams,
         max_client_resets: cfg.h2_max_client_resets,
     });
-    let (tx, rx) = mpsc::unbounded_channel();
     let mut front = Front {
         cache: &cache,
         stream,
@@ -114,7 +113,8 @@ pub(crate) async fn serve(
         h2,
         rbuf: BytesMut::from(&already_read[..]),
         streams: HashMap::new(),
-        tx,
+        tx: None,
+        rx: None,
         enc: encoder(),
         block: Vec::new(),
         scratch: Vec::new(),
@@ -125,7 +125,9 @@ pub(crate) async fn serve(
             max_headers: cfg.max_headers,
         },
     };
-    let result = panic::boundary(front.run(rx)).await;
+    // Not kept: it may be a slice of the HTTP/1.1 loop's read buffer.
+    drop(already_read);
+    let result = panic::boundary(front.run()).await;
     match result {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "HTTP/2 connection ended"),
@@ -258,7 +260,10 @@ struct Front<'a> {
     /// Bytes read, not yet taken by the protocol. Empty while idle.
     rbuf: BytesMut,
     streams: HashMap<u32, Answer>,
-    tx: Tx,
+    /// The channel from the streams' tasks, while there are any (an idle
+    /// connection holds none).
+    tx: Option<Tx>,
+    rx: Option<mpsc::UnboundedReceiver<(u32, Msg)>>,
     enc: Encoder,
     /// The header block being encoded.
     block: Vec<u8>,
@@ -269,7 +274,7 @@ struct Front<'a> {
 }
 
 impl Front<'_> {
-    async fn run(&mut self, mut rx: mpsc::UnboundedReceiver<(u32, Msg)>) -> io::Result<()> {
+    async fn run(&mut self) -> io::Result<()> {
         let cache = self.cache;
         let cfg = &cache.cfg;
         let m = &cache.metrics;
@@ -299,7 +304,7 @@ impl Front<'_> {
                     self.on_event(ev);
                 }
             }
-            while let Ok((id, msg)) = rx.try_recv() {
+            while let Some(Ok((id, msg))) = self.rx.as_mut().map(|rx| rx.try_recv()) {
                 self.on_msg(id, msg);
             }
             let more = self.pump();
@@ -345,12 +350,15 @@ impl Front<'_> {
                 self.spare = Vec::new();
                 self.block = Vec::new();
                 events = Vec::new();
+                self.tx = None;
+                self.rx = None;
             }
             let read = tokio::select! {
                 r = read_some(&self.stream, &mut self.wire, cache, &mut self.rbuf, deadline) => Some(r),
-                msg = rx.recv() => {
-                    if let Some((id, msg)) = msg {
-                        self.on_msg(id, msg);
+                msg = next_msg(&mut self.rx) => {
+                    match msg {
+                        Some((id, msg)) => self.on_msg(id, msg),
+                        None => self.rx = None,
                     }
                     None
                 }
@@ -582,11 +590,16 @@ impl Front<'_> {
 
     fn spawn(&mut self, id: u32, job: Job) {
         let credit = Arc::new(Semaphore::new(self.cache.cfg.h2_max_send_buffer));
+        if self.tx.is_none() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            self.tx = Some(tx);
+            self.rx = Some(rx);
+        }
         let t = Task {
             cache: self.cache.clone(),
             id,
             peer: self.peer,
-            tx: self.tx.clone(),
+            tx: self.tx.clone().expect("made above"),
             credit: credit.clone(),
             limits: self.limits,
         };
@@ -745,6 +758,14 @@ impl Drop for Front<'_> {
     fn drop(&mut self) {
         // Streams still answered lose their connection: their tasks stop.
         self.streams.clear();
+    }
+}
+
+/// The next message of a stream's task; never, without tasks.
+async fn next_msg(rx: &mut Option<mpsc::UnboundedReceiver<(u32, Msg)>>) -> Option<(u32, Msg)> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -325,9 +325,11 @@ async fn serve(
     if let Some(read) = h2c {
         // h2c with prior knowledge: the socket goes to the HTTP/2 front
         // end, with the bytes already read; this task keeps the slot.
+        // The HTTP/1.1 loop's buffers are not kept while HTTP/2 runs.
+        let Conn { stream, .. } = c;
         Box::pin(crate::h2front::serve(
             cache.clone(),
-            c.stream,
+            stream,
             Wire::Plain,
             peer,
             read,
