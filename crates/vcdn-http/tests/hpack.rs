@@ -75,7 +75,7 @@ type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
 fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    assert!(digits.len() % 2 == 0, "odd hex: {s}");
+    assert!(digits.len().is_multiple_of(2), "odd hex: {s}");
     digits
         .chunks(2)
         .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
@@ -633,6 +633,28 @@ fn lowered_setting_requires_a_size_update() {
         decode(&mut d, &[0x82]).unwrap(),
         fields(&[(":method", "GET")])
     );
+
+    // Lowered to 100, then 50, then raised to 4096 before the peer's next
+    // block: the peer must still signal at most 50 first (then may grow it).
+    let lowered_then_raised = || {
+        let mut d = Decoder::new(DEFAULT_TABLE_SIZE);
+        d.set_max_table_size(100);
+        d.set_max_table_size(50);
+        d.set_max_table_size(DEFAULT_TABLE_SIZE);
+        d
+    };
+    let mut only_final = Vec::new();
+    encode_int(4096, 5, 0x20, &mut only_final);
+    assert_eq!(
+        decode(&mut lowered_then_raised(), &only_final),
+        Err(HpackError::TableSizeUpdateMissing { max: 50 })
+    );
+    let mut both = Vec::new();
+    encode_int(50, 5, 0x20, &mut both);
+    encode_int(4096, 5, 0x20, &mut both);
+    let mut d = lowered_then_raised();
+    decode(&mut d, &both).unwrap();
+    assert_eq!(d.table_max(), 4096);
 
     // Raising the setting requires nothing, and allows the peer to grow the table.
     let mut d = Decoder::new(DEFAULT_TABLE_SIZE);

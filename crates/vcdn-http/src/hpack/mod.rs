@@ -68,8 +68,8 @@ pub enum HpackError {
     #[error("HPACK: more than two dynamic table size updates in one header block")]
     TooManyTableSizeUpdates,
     /// This side lowered its SETTINGS_HEADER_TABLE_SIZE below the table's
-    /// size and the peer's next block did not start with a size update
-    /// (RFC 7541 §4.2).
+    /// size and the peer's next block did not start with a size update to at
+    /// most the lowest value set since its last block (RFC 7541 §4.2).
     #[error("HPACK: expected a dynamic table size update to at most {max} at the start of the header block")]
     TableSizeUpdateMissing { max: usize },
 }
@@ -218,8 +218,9 @@ pub struct Decoder {
     /// peer's size updates.
     max_allowed: usize,
     /// Set when this side lowered its limit below the table's maximum: the
-    /// peer's next block must start with a size update.
-    update_required: bool,
+    /// peer's next block must start with a size update to at most this (the
+    /// smallest limit since the last block, RFC 7541 §4.2).
+    update_required: Option<usize>,
     name_buf: Vec<u8>,
     value_buf: Vec<u8>,
 }
@@ -249,7 +250,7 @@ impl Decoder {
         Decoder {
             table: DynamicTable::new(max_table_size),
             max_allowed: max_table_size,
-            update_required: false,
+            update_required: None,
             name_buf: Vec::new(),
             value_buf: Vec::new(),
         }
@@ -259,13 +260,14 @@ impl Decoder {
     /// when the peer acknowledges the SETTINGS frame). A lower value than the
     /// table's current maximum shrinks the table now (evicting the oldest
     /// entries) and requires the peer's next block to start with a size
-    /// update (RFC 7541 §4.2), as nghttp2 does; a higher one only allows the
-    /// peer to grow the table by a size update.
+    /// update to at most that value (RFC 7541 §4.2: after several changes,
+    /// the smallest), as nghttp2 does; a higher one only allows the peer to
+    /// grow the table by a size update.
     pub fn set_max_table_size(&mut self, n: usize) {
         self.max_allowed = n;
         if n < self.table.max() {
             self.table.set_max(n);
-            self.update_required = true;
+            self.update_required = Some(self.update_required.map_or(n, |r| r.min(n)));
         }
     }
 
@@ -337,6 +339,7 @@ impl Decoder {
 
         // Dynamic table size updates: only here, at the start (§4.2).
         let mut updates = 0;
+        let mut smallest = u64::MAX;
         while let Some(&b) = block.get(pos) {
             if b & 0xE0 != 0x20 {
                 break;
@@ -353,12 +356,13 @@ impl Decoder {
                 });
             }
             self.table.set_max(size as usize);
-            self.update_required = false;
+            smallest = smallest.min(size);
         }
-        if self.update_required {
-            return Err(HpackError::TableSizeUpdateMissing {
-                max: self.max_allowed,
-            });
+        if let Some(max) = self.update_required {
+            if smallest > max as u64 {
+                return Err(HpackError::TableSizeUpdateMissing { max });
+            }
+            self.update_required = None;
         }
 
         while let Some(&b) = block.get(pos) {
