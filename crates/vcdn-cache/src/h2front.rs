@@ -322,7 +322,7 @@ impl Front<'_> {
             let now = Instant::now();
             let mut deadline = if self.h2.awaiting_preface() {
                 born + Duration::from_millis(cfg.header_timeout_ms)
-            } else if self.streams.is_empty() && self.h2.active() == 0 {
+            } else if self.streams.is_empty() {
                 last_active + idle
             } else {
                 now + idle
@@ -388,11 +388,7 @@ impl Front<'_> {
                         return Ok(());
                     }
                     self.timers(now, send_timeout);
-                    if closing.is_none()
-                        && self.streams.is_empty()
-                        && self.h2.active() == 0
-                        && now >= last_active + idle
-                    {
+                    if closing.is_none() && self.streams.is_empty() && now >= last_active + idle {
                         // Idle: say GOAWAY, give the client a moment to see it.
                         self.h2.goaway(Reason::NoError, "idle");
                         closing = Some(now + Duration::from_secs(1));
