@@ -1070,3 +1070,44 @@ async fn an_upload_answered_early_lingers_then_is_reset_and_the_connection_serve
         .expect("served on");
     assert_eq!(d.payload, synth(43));
 }
+
+#[tokio::test]
+async fn an_hpack_bomb_is_answered_431_with_memory_bounded() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    get(c.addr, "/size/43").await;
+    let pid = c.child.id();
+    let before = rss_kib(pid);
+    let mut raw = Raw::connect(c.addr, &[]);
+    // One 4000-byte field into the dynamic table (literal with incremental
+    // indexing), then 12,000 one-byte references to it: a 16 KB block
+    // that decodes to a 48 MB header list.
+    let mut block = request_block("GET", "/size/43", &[]);
+    block.push(0x40);
+    hpack_str(&mut block, b"x-bomb");
+    hpack_str(&mut block, &[b'a'; 4000]);
+    block.extend(std::iter::repeat_n(0xbe, 12_000)); // index 62: that entry
+    raw.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &block))
+        .unwrap();
+    let answer = raw
+        .until(Duration::from_secs(5), |f| {
+            f.id == 1 && (f.ty == HEADERS || f.ty == RST_STREAM) || f.ty == GOAWAY
+        })
+        .expect("an answer to the bomb");
+    assert_eq!(answer.ty, HEADERS, "{answer:?}");
+    assert!(answer.payload.windows(3).any(|w| w == b"431"), "{answer:?}");
+    let grown = rss_kib(pid).saturating_sub(before);
+    assert!(grown < 8 << 10, "RSS grew {grown} KiB");
+    // The connection serves on, its HPACK table in step.
+    raw.send(&frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        3,
+        &request_block("GET", "/size/43", &[]),
+    ))
+    .unwrap();
+    let d = raw
+        .until(Duration::from_secs(5), |f| f.id == 3 && f.ty == DATA)
+        .expect("served on");
+    assert_eq!(d.payload, synth(43));
+}
