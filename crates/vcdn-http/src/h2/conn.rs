@@ -719,7 +719,7 @@ impl Connection {
             }
         } else {
             self.last_id = h.stream;
-            if self.going_away() {
+            if self.goaway.is_some() {
                 kind = BlockKind::Discard(None);
             } else if kind == BlockKind::Open {
                 self.opened += 1;
