@@ -1241,11 +1241,17 @@ impl Task {
     /// stream's credit allows. `Err` when the stream is gone.
     async fn send_bytes(&self, mut b: Bytes) -> Result<(), ()> {
         while !b.is_empty() {
-            let n = b.len().min(SEND_CHUNK);
+            let n = b.len().min(self.chunk());
             self.take_credit(n).await?;
             self.send(Msg::Data(b.split_to(n), n as u32));
         }
         Ok(())
+    }
+
+    /// The largest piece handed over at once: never more than the whole
+    /// credit (a smaller `h2_max_send_buffer` would wait for ever).
+    fn chunk(&self) -> usize {
+        SEND_CHUNK.min(self.cache.cfg.h2_max_send_buffer)
     }
 
     async fn take_credit(&self, n: usize) -> Result<(), ()> {
@@ -1268,7 +1274,7 @@ impl Task {
                 let mut off = offset;
                 let end = offset + len;
                 while off < end {
-                    let n = ((end - off) as usize).min(SEND_CHUNK);
+                    let n = ((end - off) as usize).min(self.chunk());
                     self.take_credit(n).await?;
                     let mut buf = vec![0u8; n];
                     let got = std::os::unix::fs::FileExt::read_at(&*file, &mut buf, off)

@@ -1111,3 +1111,18 @@ async fn an_hpack_bomb_is_answered_431_with_memory_bounded() {
         .expect("served on");
     assert_eq!(d.payload, synth(43));
 }
+
+#[tokio::test]
+async fn a_small_send_buffer_still_streams_whole_bodies() {
+    // h2_max_send_buffer at its minimum, under the 64 KiB pieces a
+    // stream's task hands over: a miss streamed from the fetch and its hit.
+    let o = origin();
+    let dir = tempdir("h2-small-send-buffer");
+    let c = cache_with(&o, &dir, "h2_max_send_buffer = 16384\n");
+    let big = url(&c, "/size/300000");
+    for want in ["x-cache: miss", "x-cache: hit"] {
+        let (h, b) = head_and_body(&curl(&["-D", "-", &big]));
+        assert!(h.contains(want), "{h}");
+        assert!(b == synth(300_000), "the body is intact ({want})");
+    }
+}
