@@ -1,9 +1,9 @@
 //! Fuzz the HTTP/2 front end whole: the input is what a client sends on an
 //! h2c connection after the preface (frames, HPACK blocks, anything), served
 //! by `vcdn_cache::h2front` with a real `Cache` in front of the real demo
-//! origin on a loopback socket. The h2 crate parses the frames and header
-//! blocks; `h2front` turns each stream into the HTTP/1.1 head the strict
-//! parser reads, and the reply back into HTTP/2.
+//! origin on a loopback socket. `vcdn_http::h2` parses the frames and
+//! `vcdn_http::hpack` the header blocks into the HTTP/1.1 head the strict
+//! parser reads; `h2front` answers and turns the reply back into HTTP/2.
 //!
 //! Checked, besides "never panics": no panic is caught by the front end's
 //! own panic boundaries either (they would hide a bug from the fuzzer), and

@@ -135,15 +135,15 @@ pub struct CacheConfig {
     pub h2_connection_window: u32,
     /// HTTP/2 response bytes buffered per stream ahead of the socket.
     pub h2_max_send_buffer: usize,
-    /// Streams a client opened and reset before they were accepted, held
-    /// at once; more is a rapid-reset attack (CVE-2023-44487) answered
-    /// with GOAWAY `ENHANCE_YOUR_CALM`.
+    /// Streams a client opened and reset within one read, before they
+    /// were answered; more is a rapid-reset attack (CVE-2023-44487)
+    /// answered with GOAWAY `ENHANCE_YOUR_CALM`.
     pub h2_max_pending_accept_reset_streams: usize,
     /// Streams this cache had to reset for the client's protocol errors,
     /// per connection; more is answered with GOAWAY `ENHANCE_YOUR_CALM`.
     pub h2_max_local_error_reset_streams: usize,
-    /// Streams the client reset while they were being answered, per
-    /// connection, beyond which (when they are also over half of the
+    /// Streams the client reset after it opened them (while or after they
+    /// were answered), per connection, beyond which (when they are also over half of the
     /// connection's streams) the connection is cut off with GOAWAY
     /// `ENHANCE_YOUR_CALM`: rapid reset paced so that each stream is
     /// accepted, and its upstream work started, before its reset arrives.

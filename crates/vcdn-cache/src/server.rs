@@ -325,10 +325,16 @@ async fn serve(
     if let Some(read) = h2c {
         // h2c with prior knowledge: the socket goes to the HTTP/2 front
         // end, with the bytes already read; this task keeps the slot.
-        match tokio::net::TcpStream::from_std(c.stream.into_inner()) {
-            Ok(tcp) => crate::h2front::serve(cache.clone(), tcp, peer, read).await,
-            Err(e) => tracing::warn!(error = %e, "cannot hand a connection to HTTP/2"),
-        }
+        // The HTTP/1.1 loop's buffers are not kept while HTTP/2 runs.
+        let Conn { stream, .. } = c;
+        Box::pin(crate::h2front::serve(
+            cache.clone(),
+            stream,
+            Wire::Plain,
+            peer,
+            read,
+        ))
+        .await;
     }
 }
 

@@ -291,17 +291,7 @@ async fn handshake_and_serve(
     if conn.handshake_kind() == Some(HandshakeKind::Resumed) {
         m.tls_resumed.fetch_add(1, Ordering::Relaxed);
     }
-    if conn.alpn_protocol() == Some(b"h2") {
-        let _open = Open::count(&m.tls_open_h2);
-        Box::pin(crate::h2front::serve(
-            cache.clone(),
-            tls,
-            peer,
-            Bytes::new(),
-        ))
-        .await;
-        return;
-    }
+    let h2 = conn.alpn_protocol() == Some(b"h2");
     let (tcp, conn) = tls.into_inner();
     let stream = match tcp.into_std() {
         // SAFETY: the AsyncFd owns the socket from here on.
@@ -317,6 +307,22 @@ async fn handshake_and_serve(
             return;
         }
     };
+    if h2 {
+        // HTTP/2 runs on the same wire as HTTP/1.1: the rustls connection
+        // and the socket, no tokio-rustls buffers.
+        let _open = Open::count(&m.tls_open_h2);
+        let mut conn = Box::new(conn);
+        conn.set_buffer_limit(Some(crate::wire::TLS_BUFFER));
+        Box::pin(crate::h2front::serve(
+            cache.clone(),
+            stream,
+            crate::wire::Wire::Tls(conn),
+            peer,
+            Bytes::new(),
+        ))
+        .await;
+        return;
+    }
     let _open = Open::count(&m.tls_open_http1);
     Box::pin(server::connection_tls(cache, stream, Box::new(conn), peer)).await;
 }

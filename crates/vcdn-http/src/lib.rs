@@ -11,6 +11,7 @@ pub mod auth;
 pub mod chunked;
 pub mod client;
 pub mod date;
+pub mod h2;
 pub mod header;
 pub mod hpack;
 pub mod request;

@@ -934,3 +934,195 @@ async fn sigterm_sends_goaway_and_lets_open_streams_finish() {
     let status = c.child.wait().unwrap();
     assert!(status.success(), "the cache exits cleanly: {status:?}");
 }
+
+// ---- the lean connection (vcdn_http::h2 + h2front) ----
+
+/// One h2c connection by hand, blocking: preface and SETTINGS, then one
+/// GET of `path` read to its end; the connection is then left idle.
+fn served_once(addr: SocketAddr, path: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut hello = PREFACE.to_vec();
+    hello.extend_from_slice(&settings(&[]));
+    hello.extend_from_slice(&frame(SETTINGS, ACK, 0, &[]));
+    hello.extend_from_slice(&frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &request_block("GET", path, &[]),
+    ));
+    s.write_all(&hello).unwrap();
+    loop {
+        let mut h = [0u8; 9];
+        s.read_exact(&mut h).expect("a frame");
+        let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).expect("its payload");
+        if h[3] == DATA && h[4] & END_STREAM != 0 {
+            return s;
+        }
+    }
+}
+
+/// One HTTP/1.1 keep-alive connection that got one GET of `path` (a
+/// 43-byte body) answered, then left idle.
+fn served_once_http1(addr: SocketAddr, path: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).expect("the answer");
+        assert!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+        if let Some(at) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() >= at + 4 + 43 {
+                return s;
+            }
+        }
+    }
+}
+
+/// RSS growth per connection of a fresh cache holding `n` connections
+/// that each got one hit answered, opened by `open`.
+async fn idle_cost(o: &Proc, open: fn(SocketAddr, &str) -> TcpStream) -> f64 {
+    let c = cache(o.addr, &[]);
+    get(c.addr, "/size/43").await;
+    let pid = c.child.id();
+    // A first batch, closed, so the allocator has its arenas.
+    let warm: Vec<TcpStream> = (0..100).map(|_| open(c.addr, "/size/43")).collect();
+    drop(warm);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss_kib(pid);
+    let n = 400;
+    let held: Vec<TcpStream> = (0..n).map(|_| open(c.addr, "/size/43")).collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_kib(pid);
+    assert_eq!(metric(&c, "vcdn_cache_connections_open").await, n as u64);
+    drop(held);
+    after.saturating_sub(before) as f64 / n as f64
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_costs_about_what_an_http1_one_does() {
+    let o = origin();
+    let h1 = idle_cost(&o, served_once_http1).await;
+    let h2 = idle_cost(&o, served_once).await;
+    // The h2 crate's connections held about 19 KiB more each, idle; ours
+    // hold the connection's state (a KiB or two, its future and the HPACK
+    // decoder), no buffer.
+    assert!(
+        h2 < h1 + 4.0,
+        "idle, after one hit: HTTP/2 {h2:.1} KiB, HTTP/1.1 {h1:.1} KiB per connection"
+    );
+}
+
+#[tokio::test]
+async fn an_upload_answered_early_lingers_then_is_reset_and_the_connection_serves_on() {
+    let o = origin();
+    let dir = tempdir("h2-linger");
+    let c = cache_with(&o, &dir, "max_request_body = \"256K\"\n");
+    get(c.addr, "/size/43").await;
+    let mut raw = Raw::connect(c.addr, &[]);
+    // A declared length over the limit: answered 413 before the body.
+    raw.send(&frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &request_block("POST", "/echo", &[("content-length", "600000")]),
+    ))
+    .unwrap();
+    let t = Instant::now();
+    let head = raw
+        .until(Duration::from_secs(5), |f| f.id == 1)
+        .expect("the answer");
+    assert_eq!(head.ty, HEADERS, "{head:?}");
+    assert!(head.payload.windows(3).any(|w| w == b"413"), "{head:?}");
+    let end = raw
+        .until(Duration::from_secs(5), |f| {
+            f.id == 1 && f.ty == DATA && f.flags & END_STREAM != 0
+        })
+        .expect("the 413's body, to its end");
+    assert!(String::from_utf8_lossy(&end.payload).contains("larger than the 262144 bytes"));
+    // The client still sends some of its body: taken and dropped, then
+    // the stream is reset NO_ERROR (RFC 9113 §8.1) after the linger time.
+    raw.send(&frame(DATA, 0, 1, &[b'x'; 16_000])).unwrap();
+    let reset = raw
+        .until(Duration::from_secs(10), |f| f.id == 1 && f.ty == RST_STREAM)
+        .expect("the lingering stream is reset");
+    assert_eq!(reset.code(), NO_ERROR);
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(8),
+        "reset after {waited:?}"
+    );
+    // The connection serves on.
+    raw.send(&frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        3,
+        &request_block("GET", "/size/43", &[]),
+    ))
+    .unwrap();
+    let d = raw
+        .until(Duration::from_secs(5), |f| f.id == 3 && f.ty == DATA)
+        .expect("served on");
+    assert_eq!(d.payload, synth(43));
+}
+
+#[tokio::test]
+async fn an_hpack_bomb_is_answered_431_with_memory_bounded() {
+    let o = origin();
+    let c = cache(o.addr, &[]);
+    get(c.addr, "/size/43").await;
+    let pid = c.child.id();
+    let before = rss_kib(pid);
+    let mut raw = Raw::connect(c.addr, &[]);
+    // One 4000-byte field into the dynamic table (literal with incremental
+    // indexing), then 12,000 one-byte references to it: a 16 KB block
+    // that decodes to a 48 MB header list.
+    let mut block = request_block("GET", "/size/43", &[]);
+    block.push(0x40);
+    hpack_str(&mut block, b"x-bomb");
+    hpack_str(&mut block, &[b'a'; 4000]);
+    block.extend(std::iter::repeat_n(0xbe, 12_000)); // index 62: that entry
+    raw.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &block))
+        .unwrap();
+    let answer = raw
+        .until(Duration::from_secs(5), |f| {
+            f.id == 1 && (f.ty == HEADERS || f.ty == RST_STREAM) || f.ty == GOAWAY
+        })
+        .expect("an answer to the bomb");
+    assert_eq!(answer.ty, HEADERS, "{answer:?}");
+    assert!(answer.payload.windows(3).any(|w| w == b"431"), "{answer:?}");
+    let grown = rss_kib(pid).saturating_sub(before);
+    assert!(grown < 8 << 10, "RSS grew {grown} KiB");
+    // The connection serves on, its HPACK table in step.
+    raw.send(&frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        3,
+        &request_block("GET", "/size/43", &[]),
+    ))
+    .unwrap();
+    let d = raw
+        .until(Duration::from_secs(5), |f| f.id == 3 && f.ty == DATA)
+        .expect("served on");
+    assert_eq!(d.payload, synth(43));
+}
+
+#[tokio::test]
+async fn a_small_send_buffer_still_streams_whole_bodies() {
+    // h2_max_send_buffer at its minimum, under the 64 KiB pieces a
+    // stream's task hands over: a miss streamed from the fetch and its hit.
+    let o = origin();
+    let dir = tempdir("h2-small-send-buffer");
+    let c = cache_with(&o, &dir, "h2_max_send_buffer = 16384\n");
+    let big = url(&c, "/size/300000");
+    for want in ["x-cache: miss", "x-cache: hit"] {
+        let (h, b) = head_and_body(&curl(&["-D", "-", &big]));
+        assert!(h.contains(want), "{h}");
+        assert!(b == synth(300_000), "the body is intact ({want})");
+    }
+}
