@@ -8,7 +8,7 @@
 //! One rustls `ServerConfig` is shared by every serving thread, so a
 //! session ID or ticket issued on one thread resumes on another.
 
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use bytes::Bytes;
 use tokio::io::unix::AsyncFd;
 use vcdn_http::tls::rustls::server::{ClientHello, ResolvesServerCert};
 use vcdn_http::tls::rustls::sign::CertifiedKey;
-use vcdn_http::tls::rustls::{HandshakeKind, ServerConfig};
+use vcdn_http::tls::rustls::{HandshakeKind, ServerConfig, ServerConnection};
 use vcdn_http::tls::tokio_rustls::TlsAcceptor;
 use vcdn_http::tls::{self as vtls, CertBundle, CertError, CertInfo, CertStore};
 
@@ -260,30 +260,48 @@ pub async fn accept_loop(cache: Arc<Cache>, listener: StdListener, config: Arc<S
     }
 }
 
-/// The handshake, within the header timeout, then the connection by ALPN.
+/// The handshake, then the connection by ALPN. The task lives as long as
+/// the connection and is allocated at the size of its largest state: the
+/// handshake and the HTTP/2 connection run boxed, so a waiting HTTP/1.1
+/// connection carries neither the handshake's state (tokio-rustls's stream,
+/// the acceptor, the timer) nor room for it.
 async fn handshake_and_serve(
     cache: &Arc<Cache>,
     acceptor: TlsAcceptor,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
 ) {
+    let Some((stream, conn)) = Box::pin(handshake(cache, acceptor, tcp, peer)).await else {
+        return;
+    };
+    let _open = Open::count(&cache.metrics.tls_open_http1);
+    Box::pin(server::connection_tls(cache, stream, conn, peer)).await;
+}
+
+/// The handshake, within the header timeout. An HTTP/2 connection (ALPN
+/// `h2`) is served here; an HTTP/1.1 one is handed back as its socket,
+/// registered with the reactor, and its rustls connection, free of
+/// tokio-rustls's wrapper.
+async fn handshake(
+    cache: &Arc<Cache>,
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+) -> Option<(AsyncFd<StdStream>, Box<ServerConnection>)> {
     let m = &cache.metrics;
     let limit = Duration::from_millis(cache.cfg.header_timeout_ms);
-    // Boxed, as the connection futures below: the task keeps only the
-    // state of the stage it is in (a handshake's state is freed when done,
-    // and an idle connection does not carry room for it).
-    let tls = match tokio::time::timeout(limit, Box::pin(acceptor.accept(tcp))).await {
+    let tls = match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             m.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            return;
+            return None;
         }
         Err(_) => {
             m.tls_handshakes_timeout.fetch_add(1, Ordering::Relaxed);
             m.timeouts.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%peer, "TLS handshake not done in time");
-            return;
+            return None;
         }
     };
     m.tls_handshakes_ok.fetch_add(1, Ordering::Relaxed);
@@ -300,25 +318,25 @@ async fn handshake_and_serve(
             Bytes::new(),
         ))
         .await;
-        return;
+        return None;
     }
     let (tcp, conn) = tls.into_inner();
+    let conn = Box::new(conn);
     let stream = match tcp.into_std() {
         // SAFETY: the AsyncFd owns the socket from here on.
         Ok(s) => match unsafe { AsyncFd::register(s) } {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot register a TLS connection");
-                return;
+                return None;
             }
         },
         Err(e) => {
             tracing::warn!(error = %e, "cannot take over a TLS connection");
-            return;
+            return None;
         }
     };
-    let _open = Open::count(&m.tls_open_http1);
-    Box::pin(server::connection_tls(cache, stream, Box::new(conn), peer)).await;
+    Some((stream, conn))
 }
 
 #[cfg(test)]
