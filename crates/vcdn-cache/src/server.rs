@@ -1124,3 +1124,27 @@ fn force_close(r: &mut Reply) {
     }
     r.close = true;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CacheConfig;
+
+    /// A connection's future is allocated at the size of its largest state
+    /// and keeps it while idle: it must stay the `Conn` and the wait for the
+    /// next request (about 1.3 KiB). A large state left unboxed on some
+    /// branch (a handler's future, a reply, a select) shows here at once.
+    #[tokio::test]
+    async fn the_connection_future_stays_small() {
+        let cache = Arc::new(Cache::new(CacheConfig::default()).unwrap());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = StdStream::connect(l.local_addr().unwrap()).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let peer = s.local_addr().unwrap();
+        // SAFETY: the AsyncFd owns the socket.
+        let stream = unsafe { AsyncFd::register(s) }.unwrap();
+        let f = serve(&cache, stream, Wire::Plain, peer, Handover::default());
+        let size = std::mem::size_of_val(&f);
+        assert!(size < 1600, "the connection future is {size} bytes");
+    }
+}

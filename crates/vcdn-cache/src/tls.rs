@@ -290,7 +290,10 @@ async fn handshake(
 ) -> Option<(AsyncFd<StdStream>, Box<ServerConnection>)> {
     let m = &cache.metrics;
     let limit = Duration::from_millis(cache.cfg.header_timeout_ms);
-    let tls = match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
+    // The handshake's own state (tokio-rustls's stream in the making, with
+    // rustls's connection inline) boxed apart: freed when done, so an
+    // HTTP/2 connection served from here does not keep it.
+    let tls = match tokio::time::timeout(limit, Box::pin(acceptor.accept(tcp))).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             m.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
