@@ -19,6 +19,7 @@ use tokio::io::unix::AsyncFd;
 use vcdn_http::tls::rustls::server::{ClientHello, ResolvesServerCert};
 use vcdn_http::tls::rustls::sign::CertifiedKey;
 use vcdn_http::tls::rustls::{HandshakeKind, ServerConfig, ServerConnection};
+use vcdn_http::tls::tokio_rustls::server::TlsStream;
 use vcdn_http::tls::tokio_rustls::TlsAcceptor;
 use vcdn_http::tls::{self as vtls, CertBundle, CertError, CertInfo, CertStore};
 
@@ -262,38 +263,54 @@ pub async fn accept_loop(cache: Arc<Cache>, listener: StdListener, config: Arc<S
 
 /// The handshake, then the connection by ALPN. The task lives as long as
 /// the connection and is allocated at the size of its largest state: the
-/// handshake and the HTTP/2 connection run boxed, so a waiting HTTP/1.1
-/// connection carries neither the handshake's state (tokio-rustls's stream,
-/// the acceptor, the timer) nor room for it.
+/// handshake and the connections run boxed, so a waiting connection
+/// carries neither the handshake's state (tokio-rustls's stream in the
+/// making, the acceptor's future, the timer) nor room for it.
 async fn handshake_and_serve(
     cache: &Arc<Cache>,
     acceptor: TlsAcceptor,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
 ) {
-    let Some((stream, conn)) = Box::pin(handshake(cache, acceptor, tcp, peer)).await else {
-        return;
-    };
-    let _open = Open::count(&cache.metrics.tls_open_http1);
-    Box::pin(server::connection_tls(cache, stream, conn, peer)).await;
+    let done = Box::pin(handshake(cache, acceptor, tcp, peer)).await;
+    match done {
+        Some(Handshaken::Http1(stream, conn)) => {
+            let _open = Open::count(&cache.metrics.tls_open_http1);
+            Box::pin(server::connection_tls(cache, stream, conn, peer)).await;
+        }
+        Some(Handshaken::H2(tls)) => {
+            let _open = Open::count(&cache.metrics.tls_open_h2);
+            Box::pin(crate::h2front::serve(
+                cache.clone(),
+                *tls,
+                peer,
+                Bytes::new(),
+            ))
+            .await;
+        }
+        None => {}
+    }
 }
 
-/// The handshake, within the header timeout. An HTTP/2 connection (ALPN
-/// `h2`) is served here; an HTTP/1.1 one is handed back as its socket,
-/// registered with the reactor, and its rustls connection, free of
-/// tokio-rustls's wrapper.
+/// A connection past its handshake, by ALPN.
+enum Handshaken {
+    /// HTTP/1.1: the socket, registered with the reactor, and rustls's
+    /// connection, free of tokio-rustls's wrapper (for `crate::wire`).
+    Http1(AsyncFd<StdStream>, Box<ServerConnection>),
+    /// HTTP/2 (ALPN `h2`), for `crate::h2front`.
+    H2(Box<TlsStream<tokio::net::TcpStream>>),
+}
+
+/// The handshake, within the header timeout; counted in the metrics.
 async fn handshake(
     cache: &Arc<Cache>,
     acceptor: TlsAcceptor,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
-) -> Option<(AsyncFd<StdStream>, Box<ServerConnection>)> {
+) -> Option<Handshaken> {
     let m = &cache.metrics;
     let limit = Duration::from_millis(cache.cfg.header_timeout_ms);
-    // The handshake's own state (tokio-rustls's stream in the making, with
-    // rustls's connection inline) boxed apart: freed when done, so an
-    // HTTP/2 connection served from here does not keep it.
-    let tls = match tokio::time::timeout(limit, Box::pin(acceptor.accept(tcp))).await {
+    let tls = match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             m.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
@@ -313,15 +330,7 @@ async fn handshake(
         m.tls_resumed.fetch_add(1, Ordering::Relaxed);
     }
     if conn.alpn_protocol() == Some(b"h2") {
-        let _open = Open::count(&m.tls_open_h2);
-        Box::pin(crate::h2front::serve(
-            cache.clone(),
-            tls,
-            peer,
-            Bytes::new(),
-        ))
-        .await;
-        return None;
+        return Some(Handshaken::H2(Box::new(tls)));
     }
     let (tcp, conn) = tls.into_inner();
     let conn = Box::new(conn);
@@ -339,7 +348,7 @@ async fn handshake(
             return None;
         }
     };
-    Some((stream, conn))
+    Some(Handshaken::Http1(stream, conn))
 }
 
 #[cfg(test)]
