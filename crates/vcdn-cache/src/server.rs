@@ -43,6 +43,11 @@ const BODY_DEPTH: usize = 2;
 /// closing does not reset the connection before it has read the answer.
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 16 << 20;
+/// How long a keep-alive connection waits for its next request before it
+/// gives back the buffers it keeps for it (read buffer, reply batch,
+/// recycled reply head): a busy client's next request comes sooner and
+/// finds them, a connection that stays idle holds none.
+const SHED_AFTER: Duration = Duration::from_secs(1);
 
 /// Bind a listening socket with `SO_REUSEPORT`, so several threads can each
 /// own one on the same address.
@@ -259,23 +264,27 @@ pub(crate) async fn connection_from(
 
 /// Serve HTTP/1.1 on a connection whose TLS handshake is done (by
 /// `crate::tls`); `tls` may already hold the first request's bytes.
-pub(crate) async fn connection_tls(
-    cache: &Arc<Cache>,
+pub(crate) fn connection_tls<'a>(
+    cache: &'a Arc<Cache>,
     stream: AsyncFd<StdStream>,
     mut tls: Box<vcdn_http::tls::rustls::ServerConnection>,
     peer: SocketAddr,
-) {
+) -> impl std::future::Future<Output = ()> + 'a {
     tls.set_buffer_limit(Some(wire::TLS_BUFFER));
-    serve(cache, stream, Wire::Tls(tls), peer, Handover::default()).await
+    serve(cache, stream, Wire::Tls(tls), peer, Handover::default())
 }
 
-async fn serve(
-    cache: &Arc<Cache>,
+/// The connection's future. Not an `async fn`: its arguments would stay in
+/// the future for the connection's whole life beside the [`Conn`] made of
+/// them; this way the future holds the `Conn` alone (and a handed-over
+/// reply, boxed).
+fn serve<'a>(
+    cache: &'a Arc<Cache>,
     stream: AsyncFd<StdStream>,
     wire: Wire,
     peer: SocketAddr,
     h: Handover,
-) {
+) -> impl std::future::Future<Output = ()> + 'a {
     let cfg = &cache.cfg;
     let mut c = Conn {
         cache,
@@ -294,54 +303,68 @@ async fn serve(
             max_headers: cfg.max_headers,
         },
     };
-    // A panic that escapes the per-request boundaries of `run` (while
-    // sending, say) ends here: the connection closes (its socket and slot
-    // are dropped with it) and the thread serves on.
-    let result = panic::boundary(async {
-        if let Some((reply, head_only, close)) = h.first {
-            let clean = Box::pin(c.send(reply, head_only)).await?;
-            if close || !clean {
-                return c.flush().await.map(|()| None);
+    let first = h.first.map(Box::new);
+    async move {
+        // A panic that escapes the per-request boundaries of `run` (while
+        // sending, say) ends here: the connection closes (its socket and slot
+        // are dropped with it) and the thread serves on.
+        let result = panic::boundary(async {
+            if let Some(first) = first {
+                let (reply, head_only, close) = *first;
+                let clean = Box::pin(c.send(reply, head_only)).await?;
+                if close || !clean {
+                    return c.flush().await.map(|()| None);
+                }
             }
-        }
-        c.run().await?;
-        Ok(c.http2.take())
-    })
-    .await;
-    let mut h2c = None;
-    match result {
-        Ok(Ok(read)) => h2c = read,
-        Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "connection ended"),
-        Err(p) => panic::report(
-            &cache.metrics,
-            &p,
-            "serving a connection; closed it",
-            Some(peer),
-        ),
-    }
-    if let Wire::Tls(tls) = &mut c.wire {
-        wire::close_notify(&c.stream, tls);
-    }
-    if let Some(read) = h2c {
-        // h2c with prior knowledge: the socket goes to the HTTP/2 front
-        // end, with the bytes already read; this task keeps the slot.
-        // The HTTP/1.1 loop's buffers are not kept while HTTP/2 runs.
-        let Conn { stream, .. } = c;
-        Box::pin(crate::h2front::serve(
-            cache.clone(),
-            stream,
-            Wire::Plain,
-            peer,
-            read,
-        ))
+            c.run().await?;
+            Ok(c.http2.take())
+        })
         .await;
+        let mut h2c = None;
+        match result {
+            Ok(Ok(read)) => h2c = read,
+            Ok(Err(e)) => tracing::debug!(peer = %c.peer, error = %e, "connection ended"),
+            Err(p) => panic::report(
+                &cache.metrics,
+                &p,
+                "serving a connection; closed it",
+                Some(c.peer),
+            ),
+        }
+        if let Wire::Tls(tls) = &mut c.wire {
+            wire::close_notify(&c.stream, tls);
+        }
+        if let Some(read) = h2c {
+            // h2c with prior knowledge: the socket goes to the HTTP/2 front
+            // end, with the bytes already read; this task keeps the slot.
+            // The HTTP/1.1 loop's buffers are not kept while HTTP/2 runs.
+            let Conn { stream, peer, .. } = c;
+            Box::pin(crate::h2front::serve(
+                cache.clone(),
+                stream,
+                Wire::Plain,
+                peer,
+                read,
+            ))
+            .await;
+        }
     }
 }
 
 impl Conn<'_> {
+    /// Serve requests until the connection ends. A future is allocated at
+    /// the size of its largest state and keeps it for the connection's
+    /// whole life, idle or not: so every await on a rarely taken branch
+    /// (errors, refusals, `100 Continue`, answers through the handler, a
+    /// streamed body) is boxed, and an idle connection carries only the
+    /// state of [`Conn::next_request`] (a flush and a read).
     async fn run(&mut self) -> std::io::Result<()> {
         loop {
-            let head = match self.next_request().await? {
+            // Not awaited in the match's head: a temporary there lives
+            // through the arms, and the future would keep room for the
+            // read beside that of the final flush.
+            let next = self.next_request().await?;
+            let head = match next {
                 Next::Request(h) => h,
                 Next::Closed => return self.flush().await,
                 Next::Http2(read) => {
@@ -349,66 +372,97 @@ impl Conn<'_> {
                     return Ok(());
                 }
             };
-            let mut body = RequestBody::None;
-            if head.body != BodyFraming::None {
-                match self.body_plan(&head) {
-                    BodyPlan::Ready(b) => body = b,
-                    BodyPlan::Refuse(code, msg) => return self.refuse(code, &msg).await,
-                    BodyPlan::Stream => {
-                        if head.expect_continue {
-                            self.flush().await?;
-                            self.write(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-                        }
-                        if !Box::pin(self.forward(&head)).await? {
-                            return Ok(());
-                        }
-                        continue;
-                    }
-                }
-            }
-            // A fresh memory hit is answered at once; anything else goes
-            // through the handler, boxed because its state is large and a
-            // waiting connection should not carry it.
-            let mut tally = HitTally::default();
-            let head_only = head.method == Method::Head;
-            let batched = self.out.len();
-            let (cache, out, spare) = (self.cache, &mut self.out, &mut self.spare_head);
-            let at_once =
-                panic::catch(|| cache.at_once(&head, out, INLINE_BODY, spare, &mut tally));
-            let at_once = match at_once {
-                Ok(a) => a,
-                Err(p) => {
-                    // Drop what the panicking answer may have half written.
-                    self.out.truncate(batched);
-                    return self.panicked(&p, head_only).await;
-                }
-            };
-            let reply = match at_once {
-                AtOnce::Written { close } => {
-                    self.cache.metrics.add_hits(&mut tally);
-                    if close {
-                        return self.flush().await;
-                    }
-                    if self.out.len() > MAX_BATCH {
-                        self.flush().await?;
-                    }
-                    continue;
-                }
-                AtOnce::Reply(r) => r,
-                AtOnce::Later => {
-                    let handled = self.handle_interim(&head, body).await?;
-                    match handled {
-                        Ok(r) => r,
-                        Err(p) => return self.panicked(&p, head_only).await,
-                    }
-                }
-            };
-            let close = reply.close || !head.keep_alive;
-            let clean = Box::pin(self.send(reply, head_only)).await?;
-            if close || !clean {
-                return self.flush().await;
+            // A future of its own, awaited in its own statement: its state
+            // (the request's head, its body, the reply) then shares room
+            // with the wait for the next request instead of adding to it.
+            let go_on = self.answer(head).await?;
+            if !go_on {
+                return Ok(());
             }
         }
+    }
+
+    /// Answer one request. Returns whether the connection goes on.
+    async fn answer(&mut self, head: RequestHead) -> std::io::Result<bool> {
+        let mut body = RequestBody::None;
+        if head.body != BodyFraming::None {
+            match self.body_plan(&head) {
+                BodyPlan::Ready(b) => body = b,
+                BodyPlan::Refuse(code, msg) => {
+                    Box::pin(self.refuse(code, &msg)).await?;
+                    return Ok(false);
+                }
+                BodyPlan::Stream => {
+                    if head.expect_continue {
+                        Box::pin(self.flush()).await?;
+                        Box::pin(self.write(b"HTTP/1.1 100 Continue\r\n\r\n")).await?;
+                    }
+                    return Box::pin(self.forward(&head)).await;
+                }
+            }
+        }
+        // A fresh memory hit is answered at once; anything else goes
+        // through the handler, boxed because its state is large and a
+        // waiting connection should not carry it.
+        let head_only = head.method == Method::Head;
+        let at_once = match self.answer_at_once(&head) {
+            Ok(a) => a,
+            Err(p) => {
+                Box::pin(self.panicked(&p, head_only)).await?;
+                return Ok(false);
+            }
+        };
+        let reply = match at_once {
+            AtOnce::Written { close } => {
+                // Boxed: a state with the request's head and a write in
+                // progress would be room every connection carries.
+                if close {
+                    Box::pin(self.flush()).await?;
+                    return Ok(false);
+                }
+                if self.out.len() > MAX_BATCH {
+                    Box::pin(self.flush()).await?;
+                }
+                return Ok(true);
+            }
+            AtOnce::Reply(r) => r,
+            AtOnce::Later => {
+                let handled = Box::pin(self.handle_interim(&head, body)).await?;
+                match handled {
+                    Ok(r) => r,
+                    Err(p) => {
+                        Box::pin(self.panicked(&p, head_only)).await?;
+                        return Ok(false);
+                    }
+                }
+            }
+        };
+        let close = reply.close || !head.keep_alive;
+        let clean = Box::pin(self.send(reply, head_only)).await?;
+        if close || !clean {
+            Box::pin(self.flush()).await?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Answer `head` at once if it is a fresh memory hit: written into the
+    /// batch, counted. Not in `run`'s body: this function's locals (the
+    /// tally, the panic boundary's closure) would be room in every
+    /// connection's future, about 400 bytes.
+    #[inline]
+    fn answer_at_once(&mut self, head: &RequestHead) -> Result<AtOnce, panic::Caught> {
+        let mut tally = HitTally::default();
+        let batched = self.out.len();
+        let (cache, out, spare) = (self.cache, &mut self.out, &mut self.spare_head);
+        let r = panic::catch(|| cache.at_once(head, out, INLINE_BODY, spare, &mut tally));
+        match &r {
+            Ok(AtOnce::Written { .. }) => self.cache.metrics.add_hits(&mut tally),
+            Ok(_) => {}
+            // Drop what the panicking answer may have half written.
+            Err(_) => self.out.truncate(batched),
+        }
+        r
     }
 
     /// Answer a request through the handler, writing the upstream's 1xx
@@ -489,7 +543,7 @@ impl Conn<'_> {
                         return Ok(Next::Http2(data));
                     }
                     Err(e) => {
-                        self.reject(e).await?;
+                        Box::pin(self.reject(e)).await?;
                         return Ok(Next::Closed);
                     }
                 }
@@ -508,7 +562,13 @@ impl Conn<'_> {
                 // Idle connections must stay cheap.
                 self.out = Vec::new();
             }
-            match self.fill(Instant::now() + wait).await {
+            let now = Instant::now();
+            let filled = if idle && wait > SHED_AFTER {
+                self.fill_idle(now + SHED_AFTER, now + wait).await
+            } else {
+                self.fill(now + wait).await
+            };
+            match filled {
                 Ok(0) => return Ok(Next::Closed),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
@@ -519,12 +579,31 @@ impl Conn<'_> {
                     let r =
                         error_reply(408, "the request head did not arrive in time", true, false);
                     self.cache.metrics.response(408, 0);
-                    self.send(r, false).await?;
+                    Box::pin(self.send(r, false)).await?;
                     return Ok(Next::Closed);
                 }
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// [`Conn::fill`] on an idle connection: at `shed` without a byte, give
+    /// back the buffers kept for the next request, then wait on until
+    /// `deadline`. One timer at a time, as a plain wait: a busy connection
+    /// pays nothing for this.
+    async fn fill_idle(&mut self, shed: Instant, deadline: Instant) -> std::io::Result<usize> {
+        match self.fill(shed).await {
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            r => return r,
+        }
+        if self.rbuf.is_empty() {
+            // Also when it has no room left: it may still hold the last
+            // request's allocation.
+            self.rbuf = BytesMut::new();
+        }
+        self.out = Vec::new();
+        self.spare_head = Vec::new();
+        self.fill(deadline).await
     }
 
     /// Read what the socket has into `rbuf`, waiting until `deadline`.
@@ -1050,4 +1129,28 @@ fn force_close(r: &mut Reply) {
         r.head.extend_from_slice(b"Connection: close\r\n\r\n");
     }
     r.close = true;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CacheConfig;
+
+    /// A connection's future is allocated at the size of its largest state
+    /// and keeps it while idle: it must stay the `Conn` and the wait for the
+    /// next request (about 1.3 KiB). A large state left unboxed on some
+    /// branch (a handler's future, a reply, a select) shows here at once.
+    #[tokio::test]
+    async fn the_connection_future_stays_small() {
+        let cache = Arc::new(Cache::new(CacheConfig::default()).unwrap());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = StdStream::connect(l.local_addr().unwrap()).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let peer = s.local_addr().unwrap();
+        // SAFETY: the AsyncFd owns the socket.
+        let stream = unsafe { AsyncFd::register(s) }.unwrap();
+        let f = serve(&cache, stream, Wire::Plain, peer, Handover::default());
+        let size = std::mem::size_of_val(&f);
+        assert!(size < 1600, "the connection future is {size} bytes");
+    }
 }

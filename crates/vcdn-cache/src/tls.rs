@@ -8,7 +8,7 @@
 //! One rustls `ServerConfig` is shared by every serving thread, so a
 //! session ID or ticket issued on one thread resumes on another.
 
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use bytes::Bytes;
 use tokio::io::unix::AsyncFd;
 use vcdn_http::tls::rustls::server::{ClientHello, ResolvesServerCert};
 use vcdn_http::tls::rustls::sign::CertifiedKey;
-use vcdn_http::tls::rustls::{HandshakeKind, ServerConfig};
+use vcdn_http::tls::rustls::{HandshakeKind, ServerConfig, ServerConnection};
 use vcdn_http::tls::tokio_rustls::TlsAcceptor;
 use vcdn_http::tls::{self as vtls, CertBundle, CertError, CertInfo, CertStore};
 
@@ -260,30 +260,72 @@ pub async fn accept_loop(cache: Arc<Cache>, listener: StdListener, config: Arc<S
     }
 }
 
-/// The handshake, within the header timeout, then the connection by ALPN.
+/// The handshake, then the connection by ALPN. The task lives as long as
+/// the connection and is allocated at the size of its largest state: the
+/// handshake and the connections run boxed, so a waiting connection
+/// carries neither the handshake's state (tokio-rustls's stream in the
+/// making, the acceptor's future, the timer) nor room for it.
 async fn handshake_and_serve(
     cache: &Arc<Cache>,
     acceptor: TlsAcceptor,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
 ) {
+    let done = Box::pin(handshake(cache, acceptor, tcp, peer)).await;
+    match done {
+        Some(Handshaken::Http1(stream, conn)) => {
+            let _open = Open::count(&cache.metrics.tls_open_http1);
+            Box::pin(server::connection_tls(cache, stream, conn, peer)).await;
+        }
+        Some(Handshaken::H2(stream, mut conn)) => {
+            // HTTP/2 runs on the same wire as HTTP/1.1: the rustls
+            // connection and the socket, no tokio-rustls buffers.
+            let _open = Open::count(&cache.metrics.tls_open_h2);
+            conn.set_buffer_limit(Some(crate::wire::TLS_BUFFER));
+            Box::pin(crate::h2front::serve(
+                cache.clone(),
+                stream,
+                crate::wire::Wire::Tls(conn),
+                peer,
+                Bytes::new(),
+            ))
+            .await;
+        }
+        None => {}
+    }
+}
+
+/// A connection past its handshake, by ALPN: the socket, registered with
+/// the reactor, and rustls's connection, free of tokio-rustls's wrapper
+/// (both front ends run over `crate::wire`).
+enum Handshaken {
+    /// HTTP/1.1, for the loop of `crate::server`.
+    Http1(AsyncFd<StdStream>, Box<ServerConnection>),
+    /// HTTP/2 (ALPN `h2`), for `crate::h2front`.
+    H2(AsyncFd<StdStream>, Box<ServerConnection>),
+}
+
+/// The handshake, within the header timeout; counted in the metrics.
+async fn handshake(
+    cache: &Arc<Cache>,
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+) -> Option<Handshaken> {
     let m = &cache.metrics;
     let limit = Duration::from_millis(cache.cfg.header_timeout_ms);
-    // Boxed, as the connection futures below: the task keeps only the
-    // state of the stage it is in (a handshake's state is freed when done,
-    // and an idle connection does not carry room for it).
-    let tls = match tokio::time::timeout(limit, Box::pin(acceptor.accept(tcp))).await {
+    let tls = match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             m.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            return;
+            return None;
         }
         Err(_) => {
             m.tls_handshakes_timeout.fetch_add(1, Ordering::Relaxed);
             m.timeouts.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%peer, "TLS handshake not done in time");
-            return;
+            return None;
         }
     };
     m.tls_handshakes_ok.fetch_add(1, Ordering::Relaxed);
@@ -293,38 +335,26 @@ async fn handshake_and_serve(
     }
     let h2 = conn.alpn_protocol() == Some(b"h2");
     let (tcp, conn) = tls.into_inner();
+    let conn = Box::new(conn);
     let stream = match tcp.into_std() {
         // SAFETY: the AsyncFd owns the socket from here on.
         Ok(s) => match unsafe { AsyncFd::register(s) } {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot register a TLS connection");
-                return;
+                return None;
             }
         },
         Err(e) => {
             tracing::warn!(error = %e, "cannot take over a TLS connection");
-            return;
+            return None;
         }
     };
-    if h2 {
-        // HTTP/2 runs on the same wire as HTTP/1.1: the rustls connection
-        // and the socket, no tokio-rustls buffers.
-        let _open = Open::count(&m.tls_open_h2);
-        let mut conn = Box::new(conn);
-        conn.set_buffer_limit(Some(crate::wire::TLS_BUFFER));
-        Box::pin(crate::h2front::serve(
-            cache.clone(),
-            stream,
-            crate::wire::Wire::Tls(conn),
-            peer,
-            Bytes::new(),
-        ))
-        .await;
-        return;
-    }
-    let _open = Open::count(&m.tls_open_http1);
-    Box::pin(server::connection_tls(cache, stream, Box::new(conn), peer)).await;
+    Some(if h2 {
+        Handshaken::H2(stream, conn)
+    } else {
+        Handshaken::Http1(stream, conn)
+    })
 }
 
 #[cfg(test)]
