@@ -128,6 +128,21 @@ impl Piece {
             Piece::File { len, .. } => *len = (*len).min(n),
         }
     }
+
+    /// Cut this piece of a streamed body to the part a range asks for:
+    /// `skip` bytes still to drop before it, at most `take` bytes still to
+    /// send (both counted down). Shared by both front ends.
+    pub fn clip(&mut self, skip: &mut u64, take: &mut Option<u64>) {
+        if *skip > 0 {
+            let n = (*skip).min(self.len());
+            self.advance(n);
+            *skip -= n;
+        }
+        if let Some(t) = take.as_mut() {
+            self.truncate(*t);
+            *t -= self.len();
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -853,7 +853,8 @@ fn encode_head(enc: &mut Encoder, head: &[u8], out: &mut Vec<u8>) {
             continue;
         };
         let (n, v) = (&line[..colon], &line[colon + 1..]);
-        let v = trim(v);
+        let (s, e) = vcdn_http::header::trim_ows(v);
+        let v = &v[s..e];
         let lower: &[u8] = if n.len() <= name.len() {
             for (d, s) in name.iter_mut().zip(n) {
                 *d = s.to_ascii_lowercase();
@@ -868,18 +869,6 @@ fn encode_head(enc: &mut Encoder, head: &[u8], out: &mut Vec<u8>) {
         }
         enc.field(lower, v, out);
     }
-}
-
-fn trim(v: &[u8]) -> &[u8] {
-    let s = v
-        .iter()
-        .position(|&c| c != b' ' && c != b'\t')
-        .unwrap_or(v.len());
-    let e = v
-        .iter()
-        .rposition(|&c| c != b' ' && c != b'\t')
-        .map_or(s, |e| e + 1);
-    &v[s..e]
 }
 
 /// Parse the HTTP/1.1 head of a stream's request, or the status and reason
@@ -1195,15 +1184,7 @@ impl Task {
                 loop {
                     match reader.next().await {
                         Ok(Some(mut p)) => {
-                            if skip > 0 {
-                                let n = skip.min(p.len());
-                                p.advance(n);
-                                skip -= n;
-                            }
-                            if let Some(t) = take.as_mut() {
-                                p.truncate(*t);
-                                *t -= p.len();
-                            }
+                            p.clip(&mut skip, &mut take);
                             sent += p.len();
                             if self.send_piece(p).await.is_err() {
                                 break;

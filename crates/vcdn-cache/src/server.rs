@@ -955,15 +955,7 @@ impl Conn<'_> {
                 let complete = loop {
                     match reader.next().await {
                         Ok(Some(mut b)) => {
-                            if skip > 0 {
-                                let n = skip.min(b.len());
-                                b.advance(n);
-                                skip -= n;
-                            }
-                            if let Some(t) = take.as_mut() {
-                                b.truncate(*t);
-                                *t -= b.len();
-                            }
+                            b.clip(&mut skip, &mut take);
                             if !b.is_empty() {
                                 sent += b.len();
                                 if chunked {
