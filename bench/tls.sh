@@ -17,7 +17,7 @@
 #   plain-1MiB          the same over vcdn's plain port (sendfile): what TLS
 #                       costs per Gbit
 #   idle                memory of idle TLS and HTTP/2 connections (RSS
-#                       growth with N idle connections, per connection)
+#                       growth with N idle connections, per connection; each kind in a fresh server process)
 # Varnish has no TLS: it is not in these runs.
 #
 # Environment knobs:
@@ -247,11 +247,12 @@ rss_kib() {
   echo "$total"
 }
 
-# Idle connections: open N after a completed handshake (and, for h2, the
-# preface and SETTINGS), hold them, and read the RSS growth per connection.
+# Idle connections of kind $4 (tls: HTTP/1.1 by ALPN; h2): open N after a
+# completed handshake (and, for h2, the preface and SETTINGS), hold them,
+# and read the RSS growth per connection.
 measure_idle() {
-  local s=$1 root=$2 round=$3 kind before after
-  for kind in tls h2; do
+  local s=$1 root=$2 round=$3 kind=$4 before after
+  {
     before=$(rss_kib "$root")
     timeout 120 taskset -c "$CLIENT_CPU" python3 - "$kind" "${PORT[$s]}" "$IDLE_CONNS" "$TMP/certs/$HOST.crt" "$HOST" \
       "$TMP/idle-ready" <<'EOF' &
@@ -282,8 +283,19 @@ EOF
     printf 'idle-%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$s" "$round" "$opened" "$before" "$after" 0 "" >>"$TMP/results.tsv"
     log "$(printf '%-8s idle-%-4s %s connections: RSS %s -> %s KiB (%.1f KiB each)' "${LABEL[$s]}" "$kind" "$opened" "$before" "$after" \
       "$(awk -v a="$before" -v b="$after" -v n="$opened" 'BEGIN { print (n > 0) ? (b - a) / n : 0 }')")"
-    sleep 2
-  done
+  }
+}
+
+# Start server $1, wait until it answers over TLS, pin it, warm the
+# objects; its root pid in LAST_ROOT.
+launch() {
+  local s=$1 ok=0 i
+  log "starting ${LABEL[$s]} on 127.0.0.1:${PORT[$s]}"
+  "start_$s"; LAST_ROOT=$LAST_PID; STARTED+=("$LAST_ROOT")
+  for i in $(seq 200); do curl_tls "$s" -o /dev/null "$(url "$s" /size/43)" && { ok=1; break; }; sleep 0.1; done
+  ((ok)) || { tail -20 "$TMP/$s.log" "$TMP/$s"/*.log 2>/dev/null >&2; die "${LABEL[$s]} does not answer over TLS"; }
+  pin_tree "$LAST_ROOT"
+  warm_and_verify "$s"
 }
 
 report() {
@@ -357,17 +369,21 @@ main() {
   for round in $(seq "$ROUNDS"); do
     ((ROUNDS > 1)) && log "round $round of $ROUNDS"
     for s in $SERVERS; do
-      log "starting ${LABEL[$s]} on 127.0.0.1:${PORT[$s]}"
-      "start_$s"; root=$LAST_PID; STARTED+=("$root")
-      local ok=0 i
-      for i in $(seq 200); do curl_tls "$s" -o /dev/null "$(url "$s" /size/43)" && { ok=1; break; }; sleep 0.1; done
-      ((ok)) || { tail -20 "$TMP/$s.log" "$TMP/$s"/*.log 2>/dev/null >&2; die "${LABEL[$s]} does not answer over TLS"; }
-      pin_tree "$root"
-      warm_and_verify "$s"
+      launch "$s"; root=$LAST_ROOT
       for sc in $SCENARIOS; do
         if [[ $s == haproxy && $sc != handshakes-* ]]; then continue; fi
         if [[ $s != vcdn && $sc == plain-* ]]; then continue; fi
-        if [[ $sc == idle ]]; then measure_idle "$s" "$root" "$round"; else measure "$s" "$root" "$sc" "$round"; fi
+        if [[ $sc == idle ]]; then
+          # Each kind in a fresh server process: memory that earlier runs
+          # freed would otherwise be reused and hide what connections cost.
+          local kind
+          for kind in tls h2; do
+            stop_tree "$root"; launch "$s"; root=$LAST_ROOT
+            measure_idle "$s" "$root" "$round" "$kind"
+          done
+        else
+          measure "$s" "$root" "$sc" "$round"
+        fi
       done
       stop_tree "$root"
     done
