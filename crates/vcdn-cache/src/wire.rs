@@ -161,9 +161,13 @@ pub(crate) async fn fill(
     rbuf: &mut BytesMut,
     deadline: Instant,
 ) -> io::Result<usize> {
+    if !tls.early.is_empty() {
+        let early = std::mem::take(&mut tls.early);
+        rbuf.extend_from_slice(&early);
+        return Ok(early.len());
+    }
     loop {
-        // First what is already received: the handshake may have read the
-        // first request with the client's Finished.
+        // First what is already received.
         let (stop, n) = match tls.process(Some(rbuf)) {
             Ok(r) => r,
             Err(e) => {
@@ -313,6 +317,10 @@ pub(crate) struct Tls {
     peer_closed: bool,
     /// rustls failed (its alert is sent): nothing more is given to it.
     failed: bool,
+    /// Request bytes decrypted while writing (the first request came with
+    /// the client's Finished, and HTTP/2 speaks first): `fill` gives them
+    /// before anything else. Empty, without memory, otherwise.
+    early: Vec<u8>,
 }
 
 /// Where processing the received bytes stopped.
@@ -337,6 +345,7 @@ impl Tls {
             out: Buf::default(),
             peer_closed: false,
             failed: false,
+            early: Vec::new(),
         }))
     }
 
@@ -352,8 +361,8 @@ impl Tls {
 
     /// Process what was received: handshake records are answered (the
     /// answers go to `out`), application data is appended to `rbuf` (if
-    /// `None`, processing stops before it, to be read later). Returns where
-    /// it stopped and the bytes appended.
+    /// `None`, to `early`, for `fill`). Returns where it stopped and the
+    /// bytes appended to `rbuf`.
     fn process(&mut self, mut rbuf: Option<&mut BytesMut>) -> Result<(Stop, usize), rustls::Error> {
         if self.failed {
             return Err(rustls::Error::General("the TLS connection failed".into()));
@@ -366,6 +375,7 @@ impl Tls {
                 out,
                 peer_closed,
                 failed,
+                early,
             } = &mut *self;
             let data: &mut [u8] = if inc.b.is_empty() { &mut [] } else { inc.data() };
             let status = conn.process_tls_records(data);
@@ -398,24 +408,26 @@ impl Tls {
                     t.done();
                     None
                 }
-                ConnectionState::ReadTraffic(mut r) => match rbuf.as_deref_mut() {
-                    Some(rbuf) => {
-                        while let Some(rec) = r.next_record() {
-                            let rec = match rec {
-                                Ok(r) => r,
-                                Err(e) => {
-                                    *failed = true;
-                                    return Err(e);
-                                }
-                            };
-                            discard += rec.discard;
-                            rbuf.extend_from_slice(rec.payload);
-                            got += rec.payload.len();
+                ConnectionState::ReadTraffic(mut r) => {
+                    while let Some(rec) = r.next_record() {
+                        let rec = match rec {
+                            Ok(r) => r,
+                            Err(e) => {
+                                *failed = true;
+                                return Err(e);
+                            }
+                        };
+                        discard += rec.discard;
+                        match rbuf.as_deref_mut() {
+                            Some(rbuf) => {
+                                rbuf.extend_from_slice(rec.payload);
+                                got += rec.payload.len();
+                            }
+                            None => early.extend_from_slice(rec.payload),
                         }
-                        None
                     }
-                    None => Some(Stop::Ready),
-                },
+                    None
+                }
                 ConnectionState::PeerClosed => {
                     *peer_closed = true;
                     Some(Stop::Closed)
