@@ -6,13 +6,20 @@
 //! The connection loop keeps its few I/O primitives (read into the request
 //! buffer, write, write with more to come, send a file range, shut down)
 //! and asks the [`Wire`] which way to do them: over TLS a read decrypts into
-//! the request buffer, a write encrypts into rustls's buffer of records and
-//! writes the records with one vectored `write` (`writev(2)`), a file range
-//! is read with `pread(2)` in 256 KiB pieces and encrypted, and "more to
-//! come" (`MSG_MORE` on the plain socket) just leaves the records buffered
-//! until the body follows. Timeouts are those of the plain socket: reads
-//! wait until the caller's deadline (header or idle timeout), writes at
-//! most the send timeout.
+//! the request buffer, a write encrypts straight into the connection's
+//! outgoing buffer and writes it with one `write`, a file range is read
+//! with `pread(2)` in 256 KiB pieces and encrypted, and "more to come"
+//! (`MSG_MORE` on the plain socket) just leaves the records buffered until
+//! the body follows. Timeouts are those of the plain socket: reads wait
+//! until the caller's deadline (header or idle timeout), writes at most the
+//! send timeout.
+//!
+//! TLS runs on rustls's unbuffered API ([`Tls`]): rustls keeps the
+//! protocol state and keys, this module the bytes. A connection holds a
+//! receive buffer only while it has a partial record and an outgoing one
+//! only while records wait for the socket; otherwise both are the serving
+//! thread's spares, so an idle TLS connection holds no buffer (rustls's
+//! buffered `ServerConnection` kept a 4 KiB receive buffer for good).
 
 use std::cell::Cell;
 use std::io::{self, Read, Write};
@@ -26,7 +33,9 @@ use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
 use vcdn_http::tls::rustls;
 use vcdn_http::tls::rustls::server::{ServerConnectionData, UnbufferedServerConnection};
-use vcdn_http::tls::rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, WriteTraffic};
+use vcdn_http::tls::rustls::unbuffered::{
+    ConnectionState, EncodeError, EncryptError, WriteTraffic,
+};
 use vcdn_http::tls::rustls::{HandshakeKind, ServerConfig};
 
 use crate::proxy::Cache;
@@ -41,7 +50,7 @@ pub(crate) const TLS_BUFFER: usize = FILE_PIECE + 16 * 1024;
 pub(crate) enum Wire {
     /// Straight on the socket.
     Plain,
-    /// As TLS records, after a completed handshake.
+    /// As TLS records, after a completed handshake (see [`handshake`]).
     Tls(Box<Tls>),
 }
 
@@ -85,7 +94,11 @@ pub(crate) async fn write_op(
 }
 
 /// Write every waiting TLS record, within the send timeout.
-pub(crate) async fn push(stream: &AsyncFd<StdStream>, cache: &Cache, tls: &mut Tls) -> io::Result<()> {
+pub(crate) async fn push(
+    stream: &AsyncFd<StdStream>,
+    cache: &Cache,
+    tls: &mut Tls,
+) -> io::Result<()> {
     while tls.wants_write() {
         let n = write_op(stream, cache, |s| tls.write_to(s)).await?;
         if n == 0 {
@@ -269,7 +282,12 @@ impl Buf {
     /// Room for `want` more bytes after the data (taking the thread's
     /// spare, moving the data to the front, growing up to `limit`); less if
     /// `limit` stops it.
-    fn room(&mut self, want: usize, spare: &'static std::thread::LocalKey<Cell<Vec<u8>>>, limit: usize) -> &mut [u8] {
+    fn room(
+        &mut self,
+        want: usize,
+        spare: &'static std::thread::LocalKey<Cell<Vec<u8>>>,
+        limit: usize,
+    ) -> &mut [u8] {
         if self.b.is_empty() {
             self.b = spare.with(Cell::take);
             self.start = 0;
@@ -377,7 +395,11 @@ impl Tls {
                 failed,
                 early,
             } = &mut *self;
-            let data: &mut [u8] = if inc.b.is_empty() { &mut [] } else { inc.data() };
+            let data: &mut [u8] = if inc.b.is_empty() {
+                &mut []
+            } else {
+                inc.data()
+            };
             let status = conn.process_tls_records(data);
             let mut discard = status.discard;
             let state = match status.state {
@@ -462,7 +484,11 @@ impl Tls {
             (Stop::Read, _) => return Err(io::ErrorKind::NotConnected.into()),
         }
         let Tls { conn, inc, out, .. } = &mut *self;
-        let data: &mut [u8] = if inc.b.is_empty() { &mut [] } else { inc.data() };
+        let data: &mut [u8] = if inc.b.is_empty() {
+            &mut []
+        } else {
+            inc.data()
+        };
         let status = conn.process_tls_records(data);
         let state = match status.state {
             Ok(s) => s,
@@ -546,7 +572,11 @@ impl Tls {
     /// its queued records before it looks at received bytes again.
     fn queue_alert(&mut self) {
         let Tls { conn, inc, out, .. } = &mut *self;
-        let data: &mut [u8] = if inc.b.is_empty() { &mut [] } else { inc.data() };
+        let data: &mut [u8] = if inc.b.is_empty() {
+            &mut []
+        } else {
+            inc.data()
+        };
         if let Ok(ConnectionState::EncodeTlsData(mut e)) = conn.process_tls_records(data).state {
             if let Ok(n) = e.encode(out.room(MAX_RECORD, &SPARE_OUT, usize::MAX)) {
                 out.end += n;
