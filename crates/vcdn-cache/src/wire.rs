@@ -306,16 +306,20 @@ impl Buf {
         &mut self.b[self.end..]
     }
 
-    /// Once empty, give the memory back to the thread's spare.
-    fn settle(&mut self, spare: &'static std::thread::LocalKey<Cell<Vec<u8>>>) {
+    /// Once empty, give the memory back to the thread's spare (the larger
+    /// of the two is kept, if not over `keep`: a buffer grown for a rare
+    /// large message is freed).
+    fn settle(&mut self, spare: &'static std::thread::LocalKey<Cell<Vec<u8>>>, keep: usize) {
         if self.is_empty() && !self.b.is_empty() {
             let b = std::mem::take(&mut self.b);
             self.start = 0;
             self.end = 0;
-            spare.with(|s| {
-                let had = s.take();
-                s.set(if had.len() >= b.len() { had } else { b });
-            });
+            if b.len() <= keep {
+                spare.with(|s| {
+                    let had = s.take();
+                    s.set(if had.len() >= b.len() { had } else { b });
+                });
+            }
         }
     }
 }
@@ -468,7 +472,7 @@ impl Tls {
                 break s;
             }
         };
-        self.inc.settle(&SPARE_IN);
+        self.inc.settle(&SPARE_IN, READ_SIZE);
         Ok((stop, got))
     }
 
@@ -539,14 +543,18 @@ impl Tls {
         let want = self.out.len();
         let n = (&mut &*s).write(self.out.data())?;
         self.out.consume(n);
-        self.out.settle(&SPARE_OUT);
+        self.out.settle(&SPARE_OUT, 2 * TLS_BUFFER);
         Ok((n, n < want))
     }
 
     /// Read once into the receive buffer; returns the bytes read and
     /// whether the read was short (the socket is drained).
     fn read_from(&mut self, s: &StdStream) -> io::Result<(usize, bool)> {
-        let room = self.inc.room(READ_SIZE, &SPARE_IN, MAX_INCOMING);
+        // A partial record stays where it is and the read fills the rest of
+        // the buffer (at least 4 KiB): the buffer grows past READ_SIZE only
+        // for a handshake message joined across records.
+        let want = READ_SIZE.saturating_sub(self.inc.len()).max(4096);
+        let room = self.inc.room(want, &SPARE_IN, MAX_INCOMING);
         if room.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -558,12 +566,12 @@ impl Tls {
         let n = match r {
             Ok(n) => n,
             Err(e) => {
-                self.inc.settle(&SPARE_IN);
+                self.inc.settle(&SPARE_IN, READ_SIZE);
                 return Err(e);
             }
         };
         self.inc.end += n;
-        self.inc.settle(&SPARE_IN);
+        self.inc.settle(&SPARE_IN, READ_SIZE);
         Ok((n, n < want))
     }
 
