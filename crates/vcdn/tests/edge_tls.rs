@@ -1033,3 +1033,56 @@ async fn a_record_trickled_byte_by_byte_is_cut_at_the_idle_timeout() {
     let text = String::from_utf8_lossy(&plain);
     assert!(!text.contains("200 OK"), "{text}");
 }
+
+/// A handshake message larger than a record is joined across records in
+/// vcdn's receive buffer (grown for it, freed after): a 40 KiB one that is
+/// no ClientHello is refused with an alert once whole, one announced over
+/// 64 KiB is refused at its first record; neither panics nor holds its
+/// connection, and the cache serves on.
+#[tokio::test]
+async fn handshake_messages_across_records_are_joined_or_refused_within_bounds() {
+    let dir = tempdir("edge-tls-bighello");
+    issue_certs(&dir);
+    let o = origin();
+    let c = tls_cache(o.addr, &dir, &[]);
+    let t = c.tls.unwrap();
+    for (declared, sent) in [(40 * 1024usize, 40 * 1024usize), (100 * 1024, 48 * 1024)] {
+        let mut msg = vec![
+            0x01,
+            (declared >> 16) as u8,
+            (declared >> 8) as u8,
+            declared as u8,
+        ];
+        msg.resize(4 + sent, 0);
+        let mut wire = Vec::new();
+        for rec in msg.chunks(16 * 1024) {
+            wire.extend_from_slice(&[0x16, 0x03, 0x01, (rec.len() >> 8) as u8, rec.len() as u8]);
+            wire.extend_from_slice(rec);
+        }
+        let mut s = tokio::net::TcpStream::connect(t).await.unwrap();
+        let start = Instant::now();
+        // The server may close before it has read everything.
+        let _ = s.write_all(&wire).await;
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut got)).await;
+        assert!(read.is_ok(), "{declared}: connection held");
+        assert!(start.elapsed() < Duration::from_secs(2), "{declared}");
+        if declared == sent {
+            // Read whole, then refused: a fatal decode_error alert, then FIN.
+            assert_eq!(got, [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 50], "{read:?}");
+        } else if let Some(first) = got.first() {
+            // Refused at once: the alert, or a reset for the unread rest.
+            assert_eq!(*first, 0x15, "{declared}: not an alert: {got:?}");
+        }
+    }
+    let client = client_config(&dir, &[b"http/1.1"]);
+    let mut s = connect(&client, t, "a.example").await;
+    assert_eq!(http_get(&mut s, "a.example", "/size/100").await.0, 200);
+    let m = metrics(&c).await;
+    assert_eq!(metric(&m, "vcdn_cache_panics_total"), 0, "{m}");
+    assert_eq!(
+        metric(&m, "vcdn_cache_tls_handshakes_total{result=\"failed\"}"),
+        2,
+        "{m}"
+    );
+}
