@@ -267,10 +267,9 @@ pub(crate) async fn connection_from(
 pub(crate) fn connection_tls<'a>(
     cache: &'a Arc<Cache>,
     stream: AsyncFd<StdStream>,
-    mut tls: Box<vcdn_http::tls::rustls::ServerConnection>,
+    tls: Box<wire::Tls>,
     peer: SocketAddr,
 ) -> impl std::future::Future<Output = ()> + 'a {
-    tls.set_buffer_limit(Some(wire::TLS_BUFFER));
     serve(cache, stream, Wire::Tls(tls), peer, Handover::default())
 }
 

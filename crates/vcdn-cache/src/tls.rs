@@ -18,14 +18,14 @@ use bytes::Bytes;
 use tokio::io::unix::AsyncFd;
 use vcdn_http::tls::rustls::server::{ClientHello, ResolvesServerCert};
 use vcdn_http::tls::rustls::sign::CertifiedKey;
-use vcdn_http::tls::rustls::{HandshakeKind, ServerConfig, ServerConnection};
-use vcdn_http::tls::tokio_rustls::TlsAcceptor;
+use vcdn_http::tls::rustls::{HandshakeKind, ServerConfig};
 use vcdn_http::tls::{self as vtls, CertBundle, CertError, CertInfo, CertStore};
 
 use crate::metrics::Open;
 use crate::panic;
 use crate::proxy::Cache;
 use crate::server::{self, ConnectionSlot};
+use crate::wire::{self, Tls};
 
 /// ALPN protocols offered, in order of preference.
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
@@ -223,7 +223,6 @@ pub async fn accept_loop(cache: Arc<Cache>, listener: StdListener, config: Arc<S
             return;
         }
     };
-    let acceptor = TlsAcceptor::from(config);
     loop {
         match listener.accept().await {
             Ok((tcp, peer)) => {
@@ -235,11 +234,11 @@ pub async fn accept_loop(cache: Arc<Cache>, listener: StdListener, config: Arc<S
                 }
                 let _ = tcp.set_nodelay(true);
                 let slot = ConnectionSlot::take(&cache);
-                let acceptor = acceptor.clone();
+                let config = config.clone();
                 tokio::spawn(async move {
                     let cache = slot.cache().clone();
                     if let Err(p) =
-                        panic::boundary(handshake_and_serve(&cache, acceptor, tcp, peer)).await
+                        panic::boundary(handshake_and_serve(&cache, config, tcp, peer)).await
                     {
                         panic::report(
                             &cache.metrics,
@@ -267,21 +266,19 @@ pub async fn accept_loop(cache: Arc<Cache>, listener: StdListener, config: Arc<S
 /// making, the acceptor's future, the timer) nor room for it.
 async fn handshake_and_serve(
     cache: &Arc<Cache>,
-    acceptor: TlsAcceptor,
+    config: Arc<ServerConfig>,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
 ) {
-    let done = Box::pin(handshake(cache, acceptor, tcp, peer)).await;
+    let done = Box::pin(handshake(cache, config, tcp, peer)).await;
     match done {
         Some(Handshaken::Http1(stream, conn)) => {
             let _open = Open::count(&cache.metrics.tls_open_http1);
             Box::pin(server::connection_tls(cache, stream, conn, peer)).await;
         }
-        Some(Handshaken::H2(stream, mut conn)) => {
-            // HTTP/2 runs on the same wire as HTTP/1.1: the rustls
-            // connection and the socket, no tokio-rustls buffers.
+        Some(Handshaken::H2(stream, conn)) => {
+            // HTTP/2 runs on the same wire as HTTP/1.1.
             let _open = Open::count(&cache.metrics.tls_open_h2);
-            conn.set_buffer_limit(Some(crate::wire::TLS_BUFFER));
             Box::pin(crate::h2front::serve(
                 cache.clone(),
                 stream,
@@ -296,46 +293,23 @@ async fn handshake_and_serve(
 }
 
 /// A connection past its handshake, by ALPN: the socket, registered with
-/// the reactor, and rustls's connection, free of tokio-rustls's wrapper
-/// (both front ends run over `crate::wire`).
+/// the reactor, and the TLS connection (both front ends run over
+/// `crate::wire`).
 enum Handshaken {
     /// HTTP/1.1, for the loop of `crate::server`.
-    Http1(AsyncFd<StdStream>, Box<ServerConnection>),
+    Http1(AsyncFd<StdStream>, Box<Tls>),
     /// HTTP/2 (ALPN `h2`), for `crate::h2front`.
-    H2(AsyncFd<StdStream>, Box<ServerConnection>),
+    H2(AsyncFd<StdStream>, Box<Tls>),
 }
 
 /// The handshake, within the header timeout; counted in the metrics.
 async fn handshake(
     cache: &Arc<Cache>,
-    acceptor: TlsAcceptor,
+    config: Arc<ServerConfig>,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
 ) -> Option<Handshaken> {
     let m = &cache.metrics;
-    let limit = Duration::from_millis(cache.cfg.header_timeout_ms);
-    let tls = match tokio::time::timeout(limit, acceptor.accept(tcp)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            m.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            return None;
-        }
-        Err(_) => {
-            m.tls_handshakes_timeout.fetch_add(1, Ordering::Relaxed);
-            m.timeouts.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%peer, "TLS handshake not done in time");
-            return None;
-        }
-    };
-    m.tls_handshakes_ok.fetch_add(1, Ordering::Relaxed);
-    let conn = tls.get_ref().1;
-    if conn.handshake_kind() == Some(HandshakeKind::Resumed) {
-        m.tls_resumed.fetch_add(1, Ordering::Relaxed);
-    }
-    let h2 = conn.alpn_protocol() == Some(b"h2");
-    let (tcp, conn) = tls.into_inner();
-    let conn = Box::new(conn);
     let stream = match tcp.into_std() {
         // SAFETY: the AsyncFd owns the socket from here on.
         Ok(s) => match unsafe { AsyncFd::register(s) } {
@@ -350,10 +324,36 @@ async fn handshake(
             return None;
         }
     };
-    Some(if h2 {
-        Handshaken::H2(stream, conn)
+    let mut tls = match Tls::new(config) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start a TLS connection");
+            return None;
+        }
+    };
+    let limit = Duration::from_millis(cache.cfg.header_timeout_ms);
+    match tokio::time::timeout(limit, wire::handshake(&stream, cache, &mut tls)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            m.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return None;
+        }
+        Err(_) => {
+            m.tls_handshakes_timeout.fetch_add(1, Ordering::Relaxed);
+            m.timeouts.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, "TLS handshake not done in time");
+            return None;
+        }
+    }
+    m.tls_handshakes_ok.fetch_add(1, Ordering::Relaxed);
+    if tls.handshake_kind() == Some(HandshakeKind::Resumed) {
+        m.tls_resumed.fetch_add(1, Ordering::Relaxed);
+    }
+    Some(if tls.alpn_protocol() == Some(b"h2") {
+        Handshaken::H2(stream, tls)
     } else {
-        Handshaken::Http1(stream, conn)
+        Handshaken::Http1(stream, tls)
     })
 }
 
