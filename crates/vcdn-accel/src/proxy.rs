@@ -76,10 +76,8 @@ pub struct ProxyConfig {
     pub instance_id: Option<String>,
     pub admin_token: Option<String>,
     /// Serve the admin API over HTTPS with this configuration; without it
-    /// the admin API is plain HTTP, refused off loopback unless
-    /// `admin_insecure_plain_http`.
+    /// the admin API is plain HTTP, refused off loopback.
     pub admin_tls: Option<Arc<vcdn_http::tls::rustls::ServerConfig>>,
-    pub admin_insecure_plain_http: bool,
     pub controller: Option<String>,
     pub controller_token: Option<String>,
     /// The controller's certificate fingerprint (an `https` controller
@@ -141,7 +139,6 @@ impl ProxyConfig {
             instance_id: None,
             admin_token: None,
             admin_tls: None,
-            admin_insecure_plain_http: false,
             controller: None,
             controller_token: None,
             controller_fingerprint: None,
@@ -1398,7 +1395,7 @@ pub async fn start(
     admin: Option<SocketAddr>,
 ) -> Result<Running, String> {
     if let (Some(a), None) = (admin, &cfg.admin_tls) {
-        vcdn_http::admin_tls::check_plain(a, cfg.admin_insecure_plain_http)?;
+        vcdn_http::admin_tls::check_plain(a)?;
     }
     if cfg.hop_key.is_none() && (!cfg.peers.is_empty() || cfg.egress.is_some()) {
         tracing::warn!("no --hop-key: hop headers from peers will be refused and none can be sent");

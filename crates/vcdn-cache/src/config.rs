@@ -38,11 +38,9 @@ pub struct CacheConfig {
     /// Bearer token the control API requires.
     pub admin_token: Option<String>,
     /// Serve the control API over HTTPS with this certificate chain and
-    /// its key (PEM). Without them it is plain HTTP, refused off loopback
-    /// unless `admin_insecure_plain_http`.
+    /// its key (PEM). Without them it is plain HTTP, refused off loopback.
     pub admin_tls_cert: Option<PathBuf>,
     pub admin_tls_key: Option<PathBuf>,
-    pub admin_insecure_plain_http: bool,
     /// Who this process is, as the control plane that started it knows it
     /// (shown in `/healthz` and `/stats`, so that an address answering
     /// is not taken for the right instance when it is another one).
@@ -166,7 +164,6 @@ impl Default for CacheConfig {
             admin_token: None,
             admin_tls_cert: None,
             admin_tls_key: None,
-            admin_insecure_plain_http: false,
             instance_id: None,
             memory: 256 << 20,
             disk: None,

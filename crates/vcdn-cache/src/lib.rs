@@ -101,7 +101,7 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                 cfg.admin_tls_key.as_deref(),
             )?;
             if t.is_none() {
-                vcdn_http::admin_tls::check_plain(a, cfg.admin_insecure_plain_http)?;
+                vcdn_http::admin_tls::check_plain(a)?;
             }
             t
         }

@@ -5,8 +5,8 @@
 //! Server side: `--admin-tls-cert/--admin-tls-key` become a rustls
 //! configuration, checked at start; without them the admin API is plain
 //! HTTP, which carries its bearer token (and, on a cache, customers'
-//! private keys) in clear, so it is refused off loopback unless the
-//! operator says [`PLAIN_FLAG`]. Client side: [`AdminClient`] holds one
+//! private keys) in clear, so it is allowed on loopback only (as `vcdn up
+//! --plain-http` is). Client side: [`AdminClient`] holds one
 //! TLS client configuration for many calls (one trust, e.g. the control
 //! plane's internal CA), so health polls do not rebuild it each time.
 
@@ -17,9 +17,6 @@ use std::time::Duration;
 
 use crate::client::{ClientError, ClientResponse, Endpoint};
 use crate::tls::{self, rustls, Trust};
-
-/// The flag that allows a plain-HTTP admin API off loopback.
-pub const PLAIN_FLAG: &str = "--admin-insecure-plain-http";
 
 /// The admin API's TLS configuration from PEM files, checked now (chain
 /// order, key match, dates): a bad file stops the start with a message
@@ -57,18 +54,15 @@ pub fn server_config_from(
     }
 }
 
-/// Refuses a plain-HTTP admin API off loopback (its token would cross a
-/// network in clear) unless `insecure_allowed` ([`PLAIN_FLAG`]).
-pub fn check_plain(admin: SocketAddr, insecure_allowed: bool) -> Result<(), String> {
+/// Refuses a plain-HTTP admin API off loopback: its token would cross a
+/// network in clear. There is no flag to allow it (issue 18: plain HTTP
+/// only on loopback).
+pub fn check_plain(admin: SocketAddr) -> Result<(), String> {
     if admin.ip().is_loopback() {
         return Ok(());
     }
-    if insecure_allowed {
-        tracing::warn!(%admin, "admin API in plain HTTP off loopback ({PLAIN_FLAG}): its bearer token crosses the network in clear");
-        return Ok(());
-    }
     Err(format!(
-        "the admin API on {admin} would be plain HTTP, sending its bearer token in clear: plain HTTP is allowed only on a loopback address (127.0.0.0/8, ::1). Give --admin-tls-cert/--admin-tls-key, listen on loopback, or accept the risk with {PLAIN_FLAG}"
+        "the admin API on {admin} would be plain HTTP, sending its bearer token in clear: plain HTTP is allowed only on a loopback address (127.0.0.0/8, ::1). Give --admin-tls-cert/--admin-tls-key, or listen on loopback"
     ))
 }
 
@@ -142,14 +136,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_is_refused_off_loopback_unless_insecure_is_asked() {
-        assert!(check_plain("127.0.0.5:1".parse().unwrap(), false).is_ok());
-        assert!(check_plain("[::1]:1".parse().unwrap(), false).is_ok());
-        let e = check_plain("0.0.0.0:8081".parse().unwrap(), false).unwrap_err();
-        assert!(e.contains("loopback") && e.contains(PLAIN_FLAG), "{e}");
+    fn plain_is_refused_off_loopback() {
+        assert!(check_plain("127.0.0.5:1".parse().unwrap()).is_ok());
+        assert!(check_plain("[::1]:1".parse().unwrap()).is_ok());
+        let e = check_plain("0.0.0.0:8081".parse().unwrap()).unwrap_err();
+        assert!(e.contains("loopback"), "{e}");
         assert!(e.contains("--admin-tls-cert"), "{e}");
-        assert!(check_plain("192.0.2.1:1".parse().unwrap(), false).is_err());
-        assert!(check_plain("192.0.2.1:1".parse().unwrap(), true).is_ok());
+        assert!(check_plain("192.0.2.1:1".parse().unwrap()).is_err());
     }
 
     #[test]

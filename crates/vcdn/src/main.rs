@@ -158,10 +158,6 @@ struct CacheArgs {
     /// The private key of --admin-tls-cert (PEM).
     #[arg(long, requires = "admin_tls_cert", env = "VCDN_ADMIN_TLS_KEY")]
     admin_tls_key: Option<PathBuf>,
-    /// Serve the control API in plain HTTP on a non-loopback address (its
-    /// token and pushed private keys then cross the network in clear).
-    #[arg(long, conflicts_with = "admin_tls_cert")]
-    admin_insecure_plain_http: bool,
     /// Who this process is to the control plane that started it (shown in
     /// /healthz and /stats).
     #[arg(long, env = "VCDN_INSTANCE_ID")]
@@ -392,9 +388,6 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     if a.admin_tls_cert.is_some() {
         c.admin_tls_cert = a.admin_tls_cert;
         c.admin_tls_key = a.admin_tls_key;
-    }
-    if a.admin_insecure_plain_http {
-        c.admin_insecure_plain_http = true;
     }
     if a.instance_id.is_some() {
         c.instance_id = a.instance_id;

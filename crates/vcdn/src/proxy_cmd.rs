@@ -34,10 +34,6 @@ pub struct ProxyArgs {
     /// The private key of --admin-tls-cert (PEM).
     #[arg(long, requires = "admin_tls_cert", env = "VCDN_PROXY_ADMIN_TLS_KEY")]
     admin_tls_key: Option<PathBuf>,
-    /// Serve the admin API in plain HTTP on a non-loopback address (its
-    /// token then crosses the network in clear).
-    #[arg(long, conflicts_with = "admin_tls_cert")]
-    admin_insecure_plain_http: bool,
     /// The service whose traffic this proxy carries.
     #[arg(long, env = "VCDN_PROXY_SERVICE")]
     service: String,
@@ -150,7 +146,6 @@ pub fn run(a: ProxyArgs) -> Result<(), String> {
         a.admin_tls_cert.as_deref(),
         a.admin_tls_key.as_deref(),
     )?;
-    cfg.admin_insecure_plain_http = a.admin_insecure_plain_http;
     let admin_scheme = if cfg.admin_tls.is_some() {
         "https"
     } else {

@@ -26,10 +26,6 @@ pub struct RouterArgs {
     /// The private key of --admin-tls-cert (PEM).
     #[arg(long, requires = "admin_tls_cert", env = "VCDN_ROUTER_ADMIN_TLS_KEY")]
     admin_tls_key: Option<PathBuf>,
-    /// Serve the admin API in plain HTTP on a non-loopback address (its
-    /// token then crosses the network in clear).
-    #[arg(long, conflicts_with = "admin_tls_cert")]
-    admin_insecure_plain_http: bool,
     /// PEM bundle of the CA certificates the health checks trust on caches'
     /// HTTPS admin APIs (`admin_https = true`) [default: the system roots].
     #[arg(long, env = "VCDN_ROUTER_CACHE_ADMIN_CA_FILE")]
@@ -88,7 +84,7 @@ pub fn run(a: RouterArgs) -> Result<(), String> {
         },
     };
     if let (Some(ad), None) = (opts.admin, &opts.admin_tls) {
-        vcdn_http::admin_tls::check_plain(ad, a.admin_insecure_plain_http)?;
+        vcdn_http::admin_tls::check_plain(ad)?;
     }
     let scheme = if opts.admin_tls.is_some() {
         "https"

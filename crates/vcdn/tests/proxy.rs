@@ -424,7 +424,7 @@ async fn the_admin_api_over_tls_speaks_https_only_and_plain_off_loopback_is_refu
         "--keep-sysctl",
     ]);
     assert!(
-        err.contains("192.0.2.1:9080") && err.contains("--admin-insecure-plain-http"),
+        err.contains("192.0.2.1:9080") && err.contains("--admin-tls-cert"),
         "{err}"
     );
 }
