@@ -73,6 +73,9 @@ const READ: usize = 16 * 1024;
 /// stream is reset with NO_ERROR (RFC 9113 §8.1).
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 16 << 20;
+/// When the connection ends, what the client still sends is read and
+/// dropped for this long (see `Front::close`).
+const CLOSE_LINGER: Duration = Duration::from_secs(1);
 /// Fields of an HTTP/1.1 reply head that do not exist in HTTP/2.
 const CONNECTION_SPECIFIC: [&[u8]; 5] = [
     b"connection",
@@ -129,7 +132,10 @@ pub(crate) async fn serve(
     drop(already_read);
     let result = panic::boundary(front.run()).await;
     match result {
-        Ok(Ok(())) => {}
+        Ok(Ok(())) => {
+            front.close().await;
+            return;
+        }
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "HTTP/2 connection ended"),
         Err(p) => panic::report(m, &p, "serving an HTTP/2 connection; closed it", Some(peer)),
     }
@@ -274,6 +280,40 @@ struct Front<'a> {
 }
 
 impl Front<'_> {
+    /// End a connection without a reset: closing a socket with unread
+    /// bytes (a PING or frames the client sent after our GOAWAY, or before
+    /// it saw its own GOAWAY answered) makes the kernel answer RST, and the
+    /// client may lose the GOAWAY and the last frames. So stop writing
+    /// (close_notify over TLS, then FIN) and read and drop what still comes
+    /// for a short while, as the HTTP/1.1 loop does.
+    async fn close(&mut self) {
+        if let Wire::Tls(tls) = &mut self.wire {
+            tls.send_close_notify();
+            if wire::push(&self.stream, self.cache, tls).await.is_err() {
+                return;
+            }
+        }
+        let _ = rustix::net::shutdown(self.stream.get_ref(), rustix::net::Shutdown::Write);
+        let until = Instant::now() + CLOSE_LINGER;
+        let mut dropped = 0;
+        while dropped < LINGER_BYTES {
+            self.rbuf.clear();
+            match read_some(
+                &self.stream,
+                &mut self.wire,
+                self.cache,
+                &mut self.rbuf,
+                until,
+            )
+            .await
+            {
+                Ok(0) | Err(_) => break,
+                Ok(n) => dropped += n,
+            }
+        }
+        self.rbuf = BytesMut::new();
+    }
+
     async fn run(&mut self) -> io::Result<()> {
         let cache = self.cache;
         let cfg = &cache.cfg;
