@@ -280,38 +280,20 @@ struct Front<'a> {
 }
 
 impl Front<'_> {
-    /// End a connection without a reset: closing a socket with unread
-    /// bytes (a PING or frames the client sent after our GOAWAY, or before
-    /// it saw its own GOAWAY answered) makes the kernel answer RST, and the
-    /// client may lose the GOAWAY and the last frames. So stop writing
-    /// (close_notify over TLS, then FIN) and read and drop what still comes
-    /// for a short while, as the HTTP/1.1 loop does.
+    /// End a connection without a reset (`wire::linger`): a PING or frames
+    /// the client sent after a GOAWAY would otherwise make the kernel answer
+    /// RST, and the client could lose the GOAWAY and the last frames.
     async fn close(&mut self) {
-        if let Wire::Tls(tls) = &mut self.wire {
-            tls.send_close_notify();
-            if wire::push(&self.stream, self.cache, tls).await.is_err() {
-                return;
-            }
-        }
-        let _ = rustix::net::shutdown(self.stream.get_ref(), rustix::net::Shutdown::Write);
         let until = Instant::now() + CLOSE_LINGER;
-        let mut dropped = 0;
-        while dropped < LINGER_BYTES {
-            self.rbuf.clear();
-            match read_some(
-                &self.stream,
-                &mut self.wire,
-                self.cache,
-                &mut self.rbuf,
-                until,
-            )
-            .await
-            {
-                Ok(0) | Err(_) => break,
-                Ok(n) => dropped += n,
-            }
-        }
-        self.rbuf = BytesMut::new();
+        wire::linger(
+            &self.stream,
+            &mut self.wire,
+            self.cache,
+            &mut self.rbuf,
+            until,
+            LINGER_BYTES,
+        )
+        .await;
     }
 
     async fn run(&mut self) -> io::Result<()> {

@@ -874,23 +874,16 @@ impl Conn<'_> {
         if self.flush().await.is_err() {
             return;
         }
-        if let Wire::Tls(tls) = &mut self.wire {
-            tls.send_close_notify();
-            if wire::push(&self.stream, self.cache, tls).await.is_err() {
-                return;
-            }
-        }
-        let _ = rustix::net::shutdown(self.stream.get_ref(), rustix::net::Shutdown::Write);
         let until = Instant::now() + LINGER;
-        let mut dropped = 0;
-        while dropped < LINGER_BYTES {
-            self.rbuf.clear();
-            match self.fill_with(until, BODY_READ).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => dropped += n,
-            }
-        }
-        self.rbuf = BytesMut::new();
+        wire::linger(
+            &self.stream,
+            &mut self.wire,
+            self.cache,
+            &mut self.rbuf,
+            until,
+            LINGER_BYTES,
+        )
+        .await;
     }
 
     /// Queue or write a reply. Returns false if its body could not be

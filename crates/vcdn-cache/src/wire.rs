@@ -648,3 +648,53 @@ pub(crate) async fn handshake(
         }
     }
 }
+
+/// Close without a reset: closing a socket with unread bytes makes the
+/// kernel answer RST, and the client may lose the last answer (or
+/// GOAWAY). So stop writing (close_notify over TLS, then FIN), then read
+/// and drop what still comes until the client closes, `until` passes or
+/// `max` bytes were dropped. Shared by both front ends.
+pub(crate) async fn linger(
+    stream: &AsyncFd<StdStream>,
+    wire: &mut Wire,
+    cache: &Cache,
+    rbuf: &mut BytesMut,
+    until: Instant,
+    max: usize,
+) {
+    if let Wire::Tls(tls) = wire {
+        tls.send_close_notify();
+        if push(stream, cache, tls).await.is_err() {
+            return;
+        }
+    }
+    let _ = rustix::net::shutdown(stream.get_ref(), rustix::net::Shutdown::Write);
+    let mut dropped = 0;
+    while dropped < max {
+        rbuf.clear();
+        let n = match wire {
+            Wire::Tls(tls) => fill(stream, cache, tls, rbuf, until).await,
+            Wire::Plain => read_plain(stream, until).await,
+        };
+        match n {
+            Ok(0) | Err(_) => break,
+            Ok(n) => dropped += n,
+        }
+    }
+    *rbuf = BytesMut::new();
+}
+
+/// Read and drop what the plain socket holds (for [`linger`]).
+async fn read_plain(stream: &AsyncFd<StdStream>, until: Instant) -> io::Result<usize> {
+    loop {
+        let mut guard = match tokio::time::timeout_at(until.into(), stream.readable()).await {
+            Ok(g) => g?,
+            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+        };
+        let mut buf = [0u8; 16 * 1024];
+        match guard.try_io(|s| (&mut s.get_ref()).read(&mut buf)) {
+            Ok(r) => return r,
+            Err(_would_block) => {}
+        }
+    }
+}
