@@ -9,3 +9,4 @@
 pub mod envelope;
 pub mod keys;
 pub mod message;
+pub mod node;
