@@ -177,7 +177,9 @@ struct Seen {
 
 impl Freshness {
     pub fn new(capacity: usize) -> Freshness {
-        Freshness { nodes: LruCache::new(NonZeroUsize::new(capacity.max(1)).expect("≥ 1")) }
+        Freshness {
+            nodes: LruCache::new(NonZeroUsize::new(capacity.max(1)).expect("≥ 1")),
+        }
     }
 
     pub fn check(&mut self, now_ms: u64, msg: &Message) -> Result<(), Reject> {
@@ -186,18 +188,33 @@ impl Freshness {
         }
         match self.nodes.get_mut(&msg.node) {
             None => {
-                self.nodes.put(msg.node.clone(), Seen { inc: msg.inc, top: msg.seq, window: 1 });
+                self.nodes.put(
+                    msg.node.clone(),
+                    Seen {
+                        inc: msg.inc,
+                        top: msg.seq,
+                        window: 1,
+                    },
+                );
                 Ok(())
             }
             Some(s) if msg.inc < s.inc => Err(Reject::Replay),
             Some(s) if msg.inc > s.inc => {
-                *s = Seen { inc: msg.inc, top: msg.seq, window: 1 };
+                *s = Seen {
+                    inc: msg.inc,
+                    top: msg.seq,
+                    window: 1,
+                };
                 Ok(())
             }
             Some(s) => {
                 if msg.seq > s.top {
                     let shift = msg.seq - s.top;
-                    s.window = if shift >= WINDOW { 0 } else { s.window << shift };
+                    s.window = if shift >= WINDOW {
+                        0
+                    } else {
+                        s.window << shift
+                    };
                     s.window |= 1;
                     s.top = msg.seq;
                     Ok(())
@@ -235,11 +252,23 @@ mod tests {
     use crate::message::{Authority, Body, Role};
 
     fn msg(body: Body) -> Message {
-        Message { v: 1, node: "cache-1".into(), inc: 5, seq: 9, ts: 1_000_000, port: 4000, body }
+        Message {
+            v: 1,
+            node: "cache-1".into(),
+            inc: 5,
+            seq: 9,
+            ts: 1_000_000,
+            port: 4000,
+            body,
+        }
     }
 
     fn hello() -> Message {
-        msg(Body::Hello { roles: vec![Role::Producer], publish: vec!["edge.stats".into()], subscribe: vec![] })
+        msg(Body::Hello {
+            roles: vec![Role::Producer],
+            publish: vec!["edge.stats".into()],
+            subscribe: vec![],
+        })
     }
 
     fn reconfig() -> Message {
@@ -320,7 +349,10 @@ mod tests {
         // A node that has only the new key refuses the old one's messages.
         let mut only_new = old.clone();
         only_new.mac = vec![new.mac[0].clone()];
-        assert_eq!(open(&only_new.keyring().unwrap(), &from_old), Err(Reject::UnknownKey));
+        assert_eq!(
+            open(&only_new.keyring().unwrap(), &from_old),
+            Err(Reject::UnknownKey)
+        );
     }
 
     #[test]
@@ -328,7 +360,10 @@ mod tests {
         let keys = KeyFile::generate().keyring().unwrap();
         assert_eq!(open(&keys, b""), Err(Reject::Malformed));
         assert_eq!(open(&keys, &[0u8; 100]), Err(Reject::Malformed));
-        assert_eq!(open(&keys, &vec![b'A'; MAX_DATAGRAM + 1]), Err(Reject::Malformed));
+        assert_eq!(
+            open(&keys, &vec![b'A'; MAX_DATAGRAM + 1]),
+            Err(Reject::Malformed)
+        );
     }
 
     #[test]

@@ -77,7 +77,14 @@ impl fmt::Debug for Keyring {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Keyring")
             .field("mac_ids", &self.mac.iter().map(|k| k.0).collect::<Vec<_>>())
-            .field("authority_ids", &self.authority_public.iter().map(|k| k.0).collect::<Vec<_>>())
+            .field(
+                "authority_ids",
+                &self
+                    .authority_public
+                    .iter()
+                    .map(|k| k.0)
+                    .collect::<Vec<_>>(),
+            )
             .field("can_sign", &self.signer.is_some())
             .finish()
     }
@@ -89,27 +96,44 @@ impl KeyFile {
     pub fn generate() -> KeyFile {
         let rng = SystemRandom::new();
         let mut mac = [0u8; 32];
-        rng.fill(&mut mac).expect("the system's random source works");
+        rng.fill(&mut mac)
+            .expect("the system's random source works");
         let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).expect("Ed25519 key generation works");
         let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).expect("a generated key parses");
         KeyFile {
-            mac: vec![KeyEntry { id: 1, key: hex(&mac) }],
-            authority_public: vec![KeyEntry { id: 1, key: hex(pair.public_key().as_ref()) }],
-            authority_private: Some(PrivateEntry { id: 1, pkcs8: hex(pkcs8.as_ref()) }),
+            mac: vec![KeyEntry {
+                id: 1,
+                key: hex(&mac),
+            }],
+            authority_public: vec![KeyEntry {
+                id: 1,
+                key: hex(pair.public_key().as_ref()),
+            }],
+            authority_private: Some(PrivateEntry {
+                id: 1,
+                pkcs8: hex(pkcs8.as_ref()),
+            }),
         }
     }
 
     /// The same keys without the private authority key: what a cache, the
     /// router or an agent that is not an authority gets.
     pub fn member_only(&self) -> KeyFile {
-        KeyFile { authority_private: None, ..self.clone() }
+        KeyFile {
+            authority_private: None,
+            ..self.clone()
+        }
     }
 
     pub fn load(path: &Path) -> Result<KeyFile, KeyError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|err| KeyError::Read { path: path.display().to_string(), err })?;
-        serde_json::from_str(&text)
-            .map_err(|e| KeyError::Parse { path: path.display().to_string(), err: e.to_string() })
+        let text = std::fs::read_to_string(path).map_err(|err| KeyError::Read {
+            path: path.display().to_string(),
+            err,
+        })?;
+        serde_json::from_str(&text).map_err(|e| KeyError::Parse {
+            path: path.display().to_string(),
+            err: e.to_string(),
+        })
     }
 
     /// Writes the file with mode 0600 (it holds secrets), atomically.
@@ -123,7 +147,11 @@ impl KeyFile {
             .truncate(true)
             .mode(0o600)
             .open(&tmp)?;
-        f.write_all(serde_json::to_string_pretty(self).expect("serialises").as_bytes())?;
+        f.write_all(
+            serde_json::to_string_pretty(self)
+                .expect("serialises")
+                .as_bytes(),
+        )?;
         f.sync_all()?;
         std::fs::rename(tmp, path)
     }
@@ -137,7 +165,10 @@ impl Keyring {
     pub fn new(file: &KeyFile) -> Result<Keyring, KeyError> {
         let bad = |s: String| KeyError::Invalid(s);
         if file.mac.is_empty() || file.mac.len() > MAX_KEYS {
-            return Err(bad(format!("it needs 1 or {MAX_KEYS} MAC keys, has {}", file.mac.len())));
+            return Err(bad(format!(
+                "it needs 1 or {MAX_KEYS} MAC keys, has {}",
+                file.mac.len()
+            )));
         }
         if file.authority_public.is_empty() || file.authority_public.len() > MAX_KEYS {
             return Err(bad(format!(
@@ -147,15 +178,18 @@ impl Keyring {
         }
         let mut mac = Vec::new();
         for k in &file.mac {
-            let bytes = unhex(&k.key).filter(|b| b.len() == 32).ok_or_else(|| {
-                bad(format!("MAC key {} is not 64 hex digits", k.id))
-            })?;
+            let bytes = unhex(&k.key)
+                .filter(|b| b.len() == 32)
+                .ok_or_else(|| bad(format!("MAC key {} is not 64 hex digits", k.id)))?;
             mac.push((k.id, hmac::Key::new(hmac::HMAC_SHA256, &bytes)));
         }
         let mut authority_public = Vec::new();
         for k in &file.authority_public {
             let bytes = unhex(&k.key).filter(|b| b.len() == 32).ok_or_else(|| {
-                bad(format!("authority public key {} is not 64 hex digits", k.id))
+                bad(format!(
+                    "authority public key {} is not 64 hex digits",
+                    k.id
+                ))
             })?;
             let mut a = [0u8; 32];
             a.copy_from_slice(&bytes);
@@ -167,7 +201,10 @@ impl Keyring {
                 let der = unhex(&p.pkcs8)
                     .ok_or_else(|| bad(format!("authority private key {} is not hex", p.id)))?;
                 let pair = Ed25519KeyPair::from_pkcs8(&der).map_err(|_| {
-                    bad(format!("authority private key {} is not an Ed25519 PKCS#8 key", p.id))
+                    bad(format!(
+                        "authority private key {} is not an Ed25519 PKCS#8 key",
+                        p.id
+                    ))
                 })?;
                 let public = file.authority_public.iter().find(|k| k.id == p.id);
                 if public.map(|k| unhex(&k.key)) != Some(Some(pair.public_key().as_ref().to_vec()))
@@ -180,7 +217,11 @@ impl Keyring {
                 Some((p.id, pair))
             }
         };
-        Ok(Keyring { mac, authority_public, signer })
+        Ok(Keyring {
+            mac,
+            authority_public,
+            signer,
+        })
     }
 
     /// The MAC key datagrams are sent with.
@@ -205,7 +246,11 @@ impl Keyring {
     /// `None` when the id is unknown.
     pub(crate) fn verify_authority(&self, id: u32, msg: &[u8], sig: &[u8]) -> Option<bool> {
         let (_, key) = self.authority_public.iter().find(|k| k.0 == id)?;
-        Some(UnparsedPublicKey::new(&ED25519, key).verify(msg, sig).is_ok())
+        Some(
+            UnparsedPublicKey::new(&ED25519, key)
+                .verify(msg, sig)
+                .is_ok(),
+        )
     }
 }
 
@@ -251,7 +296,11 @@ mod tests {
     fn wrong_lengths_and_counts_are_refused_with_a_reason() {
         let mut f = KeyFile::generate();
         f.mac[0].key = "abcd".into();
-        assert!(f.keyring().unwrap_err().to_string().contains("64 hex digits"));
+        assert!(f
+            .keyring()
+            .unwrap_err()
+            .to_string()
+            .contains("64 hex digits"));
         let mut f = KeyFile::generate();
         f.mac = vec![f.mac[0].clone(); 3];
         assert!(f.keyring().unwrap_err().to_string().contains("MAC keys"));

@@ -6,6 +6,7 @@
 //! The protocol, with what vcdn adds to the thesis (envelope, timers,
 //! leases, authentication), is specified in `docs/telemetry-protocol.md`.
 
+pub mod agent;
 pub mod envelope;
 pub mod keys;
 pub mod message;

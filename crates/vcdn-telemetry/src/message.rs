@@ -43,7 +43,10 @@ pub enum Role {
 impl Role {
     /// Whether this role needs the data sink's configuration.
     pub fn follows_sink(self) -> bool {
-        matches!(self, Role::Producer | Role::Consumer | Role::Hybrid | Role::DatasinkSlave)
+        matches!(
+            self,
+            Role::Producer | Role::Consumer | Role::Hybrid | Role::DatasinkSlave
+        )
     }
 
     /// Whether this role needs the tracker's configuration.
@@ -132,7 +135,10 @@ pub enum Body {
     RegisterSlave { broker_id: u32, listener: String },
     /// Broadcast by the data sink after partitions were reassigned.
     #[serde(rename = "clusterresize")]
-    ClusterResize { authority: Authority, brokers: Vec<u32> },
+    ClusterResize {
+        authority: Authority,
+        brokers: Vec<u32>,
+    },
     /// The tracker's unicast answer to a p2p node's HELLO.
     #[serde(rename = "tracker-config")]
     TrackerConfig { authority: Authority },
@@ -142,14 +148,27 @@ pub enum Body {
     /// A p2p producer's topics, renewed every lease interval; `have` lists
     /// the destination sets it holds, so the tracker resends what differs.
     #[serde(rename = "publish")]
-    Publish { topics: Vec<String>, lease_ms: u32, #[serde(default)] have: Vec<Have> },
+    Publish {
+        topics: Vec<String>,
+        lease_ms: u32,
+        #[serde(default)]
+        have: Vec<Have>,
+    },
     /// A p2p consumer's topic→port wishes, renewed every lease interval.
     #[serde(rename = "subscribe")]
-    Subscribe { subscriptions: Vec<Subscription>, lease_ms: u32 },
+    Subscribe {
+        subscriptions: Vec<Subscription>,
+        lease_ms: u32,
+    },
     /// The tracker to a producer: the full destination set of a topic
     /// (replaces the last one with a lower `(epoch, version)`).
     #[serde(rename = "newdest")]
-    NewDestination { topic: String, epoch: u64, version: u64, dests: Vec<SocketAddr> },
+    NewDestination {
+        topic: String,
+        epoch: u64,
+        version: u64,
+        dests: Vec<SocketAddr>,
+    },
     /// A node leaving cleanly (to its authorities), or an authority
     /// stepping down (broadcast).
     #[serde(rename = "bye")]
@@ -192,7 +211,10 @@ impl Body {
     pub fn validate(&self) -> Result<(), String> {
         let name = |s: &str| -> Result<(), String> {
             if s.is_empty() || s.len() > MAX_NAME || s.bytes().any(|b| b.is_ascii_control()) {
-                Err(format!("bad name {:?}", s.chars().take(40).collect::<String>()))
+                Err(format!(
+                    "bad name {:?}",
+                    s.chars().take(40).collect::<String>()
+                ))
             } else {
                 Ok(())
             }
@@ -210,7 +232,10 @@ impl Body {
             s.iter().try_for_each(|s| name(&s.topic))
         };
         let authority = |a: &Authority| -> Result<(), String> {
-            for s in [&a.bootstrap, &a.cluster_id, &a.controller].into_iter().flatten() {
+            for s in [&a.bootstrap, &a.cluster_id, &a.controller]
+                .into_iter()
+                .flatten()
+            {
                 if s.len() > 1024 {
                     return Err("authority field too long".into());
                 }
@@ -218,7 +243,11 @@ impl Body {
             Ok(())
         };
         match self {
-            Body::Hello { roles, publish, subscribe } => {
+            Body::Hello {
+                roles,
+                publish,
+                subscribe,
+            } => {
                 if roles.len() > MAX_ROLES {
                     return Err("too many roles".into());
                 }
@@ -229,14 +258,19 @@ impl Body {
             | Body::Reconfig { authority: a }
             | Body::TrackerConfig { authority: a }
             | Body::TrackerReconfig { authority: a } => authority(a),
-            Body::ClusterResize { authority: a, brokers } => {
+            Body::ClusterResize {
+                authority: a,
+                brokers,
+            } => {
                 if brokers.len() > 256 {
                     return Err("too many brokers".into());
                 }
                 authority(a)
             }
             Body::RegisterSlave { listener, .. } => name(listener),
-            Body::Publish { topics: t, have, .. } => {
+            Body::Publish {
+                topics: t, have, ..
+            } => {
                 topics(t)?;
                 if have.len() > MAX_TOPICS {
                     return Err("too many destination sets".into());
@@ -246,7 +280,10 @@ impl Body {
             Body::Subscribe { subscriptions, .. } => subs(subscriptions),
             Body::NewDestination { topic, dests, .. } => {
                 if dests.len() > MAX_DESTINATIONS {
-                    return Err(format!("{} destinations, at most {MAX_DESTINATIONS}", dests.len()));
+                    return Err(format!(
+                        "{} destinations, at most {MAX_DESTINATIONS}",
+                        dests.len()
+                    ));
                 }
                 name(topic)
             }
@@ -284,5 +321,6 @@ pub struct Message {
 pub fn valid_node_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-' | b':'))
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-' | b':'))
 }

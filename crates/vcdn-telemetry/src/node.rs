@@ -91,9 +91,15 @@ pub struct Net {
 
 impl Net {
     pub fn parse(s: &str) -> Result<Net, String> {
-        let (a, l) = s.split_once('/').ok_or_else(|| format!("{s:?} is not addr/len"))?;
-        let addr: IpAddr = a.parse().map_err(|_| format!("{a:?} is not an IP address"))?;
-        let len: u8 = l.parse().map_err(|_| format!("{l:?} is not a prefix length"))?;
+        let (a, l) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not addr/len"))?;
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| format!("{a:?} is not an IP address"))?;
+        let len: u8 = l
+            .parse()
+            .map_err(|_| format!("{l:?} is not a prefix length"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         if len > max {
             return Err(format!("prefix length {len} is over {max}"));
@@ -104,11 +110,19 @@ impl Net {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - self.len) };
+                let mask = if self.len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.len)
+                };
                 u32::from(n) & mask == u32::from(a) & mask
             }
             (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - self.len) };
+                let mask = if self.len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.len)
+                };
                 u128::from(n) & mask == u128::from(a) & mask
             }
             _ => false,
@@ -136,7 +150,10 @@ pub enum Event {
     AuthorityLost(AuthorityKind),
     /// This slave got a broker id: start the broker, then
     /// [`Node::slave_ready`].
-    SlaveAssigned { broker_id: u32, authority: Authority },
+    SlaveAssigned {
+        broker_id: u32,
+        authority: Authority,
+    },
     /// A slave's broker registered with this sink: reassign partitions,
     /// then [`Node::cluster_resized`].
     SlaveRegistered { broker_id: u32, listener: String },
@@ -145,7 +162,10 @@ pub enum Event {
     /// This authority (re)took over.
     Active(AuthorityKind),
     /// A p2p producer's full destination set for a topic.
-    Destinations { topic: String, dests: Vec<SocketAddr> },
+    Destinations {
+        topic: String,
+        dests: Vec<SocketAddr>,
+    },
 }
 
 struct Current {
@@ -165,7 +185,12 @@ struct Follow {
 
 impl Follow {
     fn new(kind: AuthorityKind, now: Instant) -> Follow {
-        Follow { kind, current: None, hello_at: Some(now), backoff: Duration::ZERO }
+        Follow {
+            kind,
+            current: None,
+            hello_at: Some(now),
+            backoff: Duration::ZERO,
+        }
     }
 
     fn live(&self) -> bool {
@@ -214,12 +239,18 @@ struct Lease<T> {
     expires: Instant,
 }
 
+/// A p2p producer's topics and the destination sets it holds.
+struct Published {
+    topics: Vec<String>,
+    have: Vec<Have>,
+}
+
 /// The tracker's tables.
 #[derive(Default)]
 struct TrackerState {
     started: Option<Instant>,
     warm: bool,
-    producers: HashMap<String, Lease<(Vec<String>, Vec<Have>)>>,
+    producers: HashMap<String, Lease<Published>>,
     consumers: HashMap<String, Lease<Vec<Subscription>>>,
     sets: HashMap<String, (u64, Vec<SocketAddr>)>,
 }
@@ -252,19 +283,25 @@ impl Node {
     pub fn new(cfg: NodeConfig, now: Instant) -> Node {
         let follows_sink = cfg.roles.iter().any(|r| r.follows_sink());
         let follows_tracker = cfg.roles.iter().any(|r| r.follows_tracker());
-        let slave = cfg.roles.contains(&Role::DatasinkSlave).then(|| SlaveState {
-            broker_id: None,
-            listener: None,
-            next_register: None,
-            acknowledged: false,
-            sink: None,
-        });
+        let slave = cfg
+            .roles
+            .contains(&Role::DatasinkSlave)
+            .then_some(SlaveState {
+                broker_id: None,
+                listener: None,
+                next_register: None,
+                acknowledged: false,
+                sink: None,
+            });
         let rng = cfg.seed | 1;
         Node {
             sink_follow: follows_sink.then(|| Follow::new(AuthorityKind::Datasink, now)),
             tracker_follow: follows_tracker.then(|| Follow::new(AuthorityKind::Tracker, now)),
             own: Vec::new(),
-            slaves: Slaves { next: 2, ..Slaves::default() },
+            slaves: Slaves {
+                next: 2,
+                ..Slaves::default()
+            },
             slave,
             tracker: TrackerState::default(),
             dests: Dests::default(),
@@ -286,7 +323,10 @@ impl Node {
     /// or the tracker. Broadcasts RECONFIG/TRECONFIG at once.
     pub fn become_authority(&mut self, kind: AuthorityKind, authority: Authority, now: Instant) {
         if kind == AuthorityKind::Tracker {
-            self.tracker = TrackerState { started: Some(now), ..TrackerState::default() };
+            self.tracker = TrackerState {
+                started: Some(now),
+                ..TrackerState::default()
+            };
         }
         self.own.retain(|o| o.kind != kind);
         self.own.push(Own {
@@ -302,14 +342,20 @@ impl Node {
         // sink that also produces points its own clients at its broker.
         if kind == AuthorityKind::Datasink && self.sink_follow.is_some() {
             let authority = self.own.last().expect("pushed").authority.clone();
-            self.events.push_back(Event::Sink { node: self.cfg.node.clone(), authority });
+            self.events.push_back(Event::Sink {
+                node: self.cfg.node.clone(),
+                authority,
+            });
         }
         self.tick(now);
     }
 
     /// The data sink's current authority record (after resizes).
     pub fn own_authority(&self, kind: AuthorityKind) -> Option<&Authority> {
-        self.own.iter().find(|o| o.kind == kind && o.active).map(|o| &o.authority)
+        self.own
+            .iter()
+            .find(|o| o.kind == kind && o.active)
+            .map(|o| &o.authority)
     }
 
     /// A slave's broker runs and listens on `listener`: register it.
@@ -329,7 +375,11 @@ impl Node {
             .iter()
             .filter_map(|b| self.slaves.listeners.get(b).cloned())
             .collect();
-        if let Some(o) = self.own.iter_mut().find(|o| o.kind == AuthorityKind::Datasink) {
+        if let Some(o) = self
+            .own
+            .iter_mut()
+            .find(|o| o.kind == AuthorityKind::Datasink)
+        {
             o.authority.generation += 1;
             let mut boot: Vec<String> = o
                 .authority
@@ -348,7 +398,8 @@ impl Node {
             o.authority.bootstrap = Some(boot.join(","));
             let authority = o.authority.clone();
             if o.active {
-                self.out.push_back(Out::Broadcast(Body::ClusterResize { authority, brokers }));
+                self.out
+                    .push_back(Out::Broadcast(Body::ClusterResize { authority, brokers }));
             }
         }
         let _ = now;
@@ -357,8 +408,13 @@ impl Node {
     /// Clean shutdown: a BYE to each authority followed, and a broadcast
     /// BYE for an authority that steps down.
     pub fn shutdown(&mut self) {
-        let bye = Body::Bye { roles: self.cfg.roles.clone() };
-        for f in [&self.sink_follow, &self.tracker_follow].into_iter().flatten() {
+        let bye = Body::Bye {
+            roles: self.cfg.roles.clone(),
+        };
+        for f in [&self.sink_follow, &self.tracker_follow]
+            .into_iter()
+            .flatten()
+        {
             if let Some(c) = &f.current {
                 self.out.push_back(Out::Unicast(c.addr, bye.clone()));
             }
@@ -379,12 +435,19 @@ impl Node {
 
     /// The p2p destination set currently held for `topic`.
     pub fn destinations(&self, topic: &str) -> &[SocketAddr] {
-        self.dests.sets.get(topic).map(|s| s.2.as_slice()).unwrap_or(&[])
+        self.dests
+            .sets
+            .get(topic)
+            .map(|s| s.2.as_slice())
+            .unwrap_or(&[])
     }
 
     /// Whether every authority this node follows has configured it.
     pub fn configured(&self) -> bool {
-        [&self.sink_follow, &self.tracker_follow].into_iter().flatten().all(Follow::live)
+        [&self.sink_follow, &self.tracker_follow]
+            .into_iter()
+            .flatten()
+            .all(Follow::live)
     }
 
     /// The tracker's table sizes (producers, consumers), for `/metrics`.
@@ -409,9 +472,14 @@ impl Node {
                 t = t.min(i);
             }
         };
-        for f in [&self.sink_follow, &self.tracker_follow].into_iter().flatten() {
+        for f in [&self.sink_follow, &self.tracker_follow]
+            .into_iter()
+            .flatten()
+        {
             at(f.hello_at);
-            at(f.current.as_ref().map(|c| c.last_heard + self.cfg.timers.authority_timeout));
+            at(f.current
+                .as_ref()
+                .map(|c| c.last_heard + self.cfg.timers.authority_timeout));
         }
         for o in &self.own {
             at(Some(o.next_beacon));
@@ -419,7 +487,11 @@ impl Node {
         at(self.slave.as_ref().and_then(|s| s.next_register));
         at(self.dests.next_publish);
         at(self.next_subscribe);
-        at(self.tracker.started.filter(|_| !self.tracker.warm).map(|s| s + self.cfg.timers.tracker_warmup));
+        at(self
+            .tracker
+            .started
+            .filter(|_| !self.tracker.warm)
+            .map(|s| s + self.cfg.timers.tracker_warmup));
         t.max(now)
     }
 
@@ -432,7 +504,11 @@ impl Node {
         // HELLO retries and authority expiry.
         let mut hello = false;
         for i in 0..2 {
-            let f = if i == 0 { &mut self.sink_follow } else { &mut self.tracker_follow };
+            let f = if i == 0 {
+                &mut self.sink_follow
+            } else {
+                &mut self.tracker_follow
+            };
             let Some(f) = f else { continue };
             if let Some(c) = &f.current {
                 if now >= c.last_heard + timers.authority_timeout {
@@ -449,7 +525,11 @@ impl Node {
         if hello {
             self.out.push_back(Out::Broadcast(self.hello()));
             for i in 0..2 {
-                let live = match if i == 0 { &self.sink_follow } else { &self.tracker_follow } {
+                let live = match if i == 0 {
+                    &self.sink_follow
+                } else {
+                    &self.tracker_follow
+                } {
                     Some(f) => f.live(),
                     None => continue,
                 };
@@ -457,12 +537,24 @@ impl Node {
                     continue;
                 }
                 let b = {
-                    let f = if i == 0 { self.sink_follow.as_ref() } else { self.tracker_follow.as_ref() };
+                    let f = if i == 0 {
+                        self.sink_follow.as_ref()
+                    } else {
+                        self.tracker_follow.as_ref()
+                    };
                     let b = f.map(|f| f.backoff).unwrap_or_default();
-                    if b.is_zero() { timers.hello_first } else { (b * 2).min(timers.hello_max) }
+                    if b.is_zero() {
+                        timers.hello_first
+                    } else {
+                        (b * 2).min(timers.hello_max)
+                    }
                 };
                 let wait = self.jitter(b);
-                let f = if i == 0 { self.sink_follow.as_mut() } else { self.tracker_follow.as_mut() };
+                let f = if i == 0 {
+                    self.sink_follow.as_mut()
+                } else {
+                    self.tracker_follow.as_mut()
+                };
                 if let Some(f) = f {
                     f.backoff = b;
                     f.hello_at = Some(now + wait);
@@ -479,7 +571,10 @@ impl Node {
                     o.active = true;
                     o.next_beacon = now;
                     if o.kind == AuthorityKind::Tracker {
-                        self.tracker = TrackerState { started: Some(now), ..TrackerState::default() };
+                        self.tracker = TrackerState {
+                            started: Some(now),
+                            ..TrackerState::default()
+                        };
                     }
                     self.events.push_back(Event::Active(o.kind));
                 }
@@ -492,7 +587,8 @@ impl Node {
                 }));
                 o.next_beacon = now + timers.beacon;
             }
-            o.answered.retain(|_, t| now < *t + Duration::from_millis(100));
+            o.answered
+                .retain(|_, t| now < *t + Duration::from_millis(100));
         }
         // Slave registration retries.
         if let Some(s) = &mut self.slave {
@@ -501,7 +597,10 @@ impl Node {
                     if let Some(c) = self.sink_follow.as_ref().and_then(|f| f.current.as_ref()) {
                         self.out.push_back(Out::Unicast(
                             c.addr,
-                            Body::RegisterSlave { broker_id: id, listener: l.clone() },
+                            Body::RegisterSlave {
+                                broker_id: id,
+                                listener: l.clone(),
+                            },
                         ));
                     }
                     s.next_register = Some(now + timers.regslave_retry);
@@ -509,7 +608,11 @@ impl Node {
             }
         }
         // Lease renewals to the tracker.
-        let tracker = self.tracker_follow.as_ref().and_then(|f| f.current.as_ref()).map(|c| c.addr);
+        let tracker = self
+            .tracker_follow
+            .as_ref()
+            .and_then(|f| f.current.as_ref())
+            .map(|c| c.addr);
         if let Some(addr) = tracker {
             if self.cfg.roles.contains(&Role::P2pProducer)
                 && self.dests.next_publish.is_some_and(|t| now >= t)
@@ -517,7 +620,8 @@ impl Node {
                 self.out.push_back(Out::Unicast(addr, self.publish()));
                 self.dests.next_publish = Some(now + timers.renew);
             }
-            if self.cfg.roles.contains(&Role::P2pConsumer) && self.next_subscribe.is_some_and(|t| now >= t)
+            if self.cfg.roles.contains(&Role::P2pConsumer)
+                && self.next_subscribe.is_some_and(|t| now >= t)
             {
                 self.out.push_back(Out::Unicast(addr, self.subscribe()));
                 self.next_subscribe = Some(now + timers.renew);
@@ -539,7 +643,11 @@ impl Node {
             .dests
             .sets
             .iter()
-            .map(|(t, (e, v, _))| Have { topic: t.clone(), epoch: *e, version: *v })
+            .map(|(t, (e, v, _))| Have {
+                topic: t.clone(),
+                epoch: *e,
+                version: *v,
+            })
             .collect();
         have.sort_by(|a, b| a.topic.cmp(&b.topic));
         Body::Publish {
@@ -564,12 +672,20 @@ impl Node {
         }
         let reply = SocketAddr::new(from.ip(), msg.port);
         match &msg.body {
-            Body::Hello { roles, publish, subscribe } => {
-                self.on_hello(now, reply, msg, roles, publish, subscribe)
-            }
-            Body::Config { authority, broker_id } => {
+            Body::Hello {
+                roles,
+                publish,
+                subscribe,
+            } => self.on_hello(now, reply, msg, roles, publish, subscribe),
+            Body::Config {
+                authority,
+                broker_id,
+            } => {
                 self.on_authority(now, AuthorityKind::Datasink, reply, &msg.node, authority);
-                if let (Some(id), true) = (broker_id, self.is_current(AuthorityKind::Datasink, &msg.node)) {
+                if let (Some(id), true) = (
+                    broker_id,
+                    self.is_current(AuthorityKind::Datasink, &msg.node),
+                ) {
                     self.on_broker_id(*id, &msg.node, authority);
                 }
             }
@@ -592,18 +708,25 @@ impl Node {
                 self.on_rival(now, AuthorityKind::Tracker, &msg.node, authority.epoch);
                 self.on_authority(now, AuthorityKind::Tracker, reply, &msg.node, authority);
             }
-            Body::RegisterSlave { broker_id, listener } => {
-                self.on_register_slave(&msg.node, *broker_id, listener, reply)
-            }
-            Body::Publish { topics, lease_ms, have } => {
-                self.on_publish(now, &msg.node, reply, topics, *lease_ms, have)
-            }
-            Body::Subscribe { subscriptions, lease_ms } => {
-                self.on_subscribe(now, &msg.node, reply, subscriptions, *lease_ms)
-            }
-            Body::NewDestination { topic, epoch, version, dests } => {
-                self.on_new_destination(&msg.node, topic, *epoch, *version, dests)
-            }
+            Body::RegisterSlave {
+                broker_id,
+                listener,
+            } => self.on_register_slave(&msg.node, *broker_id, listener, reply),
+            Body::Publish {
+                topics,
+                lease_ms,
+                have,
+            } => self.on_publish(now, &msg.node, reply, topics, *lease_ms, have),
+            Body::Subscribe {
+                subscriptions,
+                lease_ms,
+            } => self.on_subscribe(now, &msg.node, reply, subscriptions, *lease_ms),
+            Body::NewDestination {
+                topic,
+                epoch,
+                version,
+                dests,
+            } => self.on_new_destination(&msg.node, topic, *epoch, *version, dests),
             Body::Bye { roles } => self.on_bye(now, &msg.node, roles),
         }
     }
@@ -613,7 +736,9 @@ impl Node {
             AuthorityKind::Datasink => &self.sink_follow,
             AuthorityKind::Tracker => &self.tracker_follow,
         };
-        f.as_ref().and_then(|f| f.current.as_ref()).is_some_and(|c| c.node == node)
+        f.as_ref()
+            .and_then(|f| f.current.as_ref())
+            .is_some_and(|c| c.node == node)
     }
 
     fn on_authority(
@@ -633,11 +758,17 @@ impl Node {
             None => true,
             Some(c) => (authority.epoch, node) > (c.authority.epoch, c.node.as_str()),
         };
-        let same = f.current.as_ref().is_some_and(|c| c.node == node && c.authority.epoch == authority.epoch);
+        let same = f
+            .current
+            .as_ref()
+            .is_some_and(|c| c.node == node && c.authority.epoch == authority.epoch);
         if !newer && !same {
             return; // an older or lower authority: ignored
         }
-        let changed = !same || f.current.as_ref().is_some_and(|c| c.authority != *authority || c.addr != addr);
+        let changed = !same
+            || f.current
+                .as_ref()
+                .is_some_and(|c| c.authority != *authority || c.addr != addr);
         f.current = Some(Current {
             node: node.to_string(),
             addr,
@@ -651,7 +782,10 @@ impl Node {
         }
         match kind {
             AuthorityKind::Datasink => {
-                self.events.push_back(Event::Sink { node: node.to_string(), authority: authority.clone() });
+                self.events.push_back(Event::Sink {
+                    node: node.to_string(),
+                    authority: authority.clone(),
+                });
                 // A slave under a new sink asks for a broker id again.
                 if let Some(s) = &mut self.slave {
                     if s.sink.as_deref() != Some(node) {
@@ -663,7 +797,10 @@ impl Node {
                 }
             }
             AuthorityKind::Tracker => {
-                self.events.push_back(Event::Tracker { node: node.to_string(), epoch: authority.epoch });
+                self.events.push_back(Event::Tracker {
+                    node: node.to_string(),
+                    epoch: authority.epoch,
+                });
                 if !same {
                     // Register with the new tracker at once.
                     if self.cfg.roles.contains(&Role::P2pProducer) {
@@ -688,7 +825,10 @@ impl Node {
                 s.broker_id = Some(id);
                 s.sink = Some(sink.to_string());
                 s.acknowledged = false;
-                self.events.push_back(Event::SlaveAssigned { broker_id: id, authority: authority.clone() });
+                self.events.push_back(Event::SlaveAssigned {
+                    broker_id: id,
+                    authority: authority.clone(),
+                });
             }
         }
     }
@@ -697,13 +837,18 @@ impl Node {
     /// `(epoch, node)` stays, the other steps down.
     fn on_rival(&mut self, now: Instant, kind: AuthorityKind, node: &str, epoch: u64) {
         let me = self.cfg.node.clone();
-        let Some(o) = self.own.iter_mut().find(|o| o.kind == kind) else { return };
+        let Some(o) = self.own.iter_mut().find(|o| o.kind == kind) else {
+            return;
+        };
         if (epoch, node) > (o.authority.epoch, me.as_str()) {
             if o.active {
                 o.active = false;
                 self.events.push_back(Event::SteppedDown(kind));
             }
-            o.rival = Some(Rival { epoch, last_heard: now });
+            o.rival = Some(Rival {
+                epoch,
+                last_heard: now,
+            });
         } else if o.active {
             // Tell the lower one at once.
             o.next_beacon = now;
@@ -744,10 +889,17 @@ impl Node {
                     if roles.contains(&Role::DatasinkSlave) && broker_id.is_none() {
                         continue; // no ids left
                     }
-                    self.out.push_back(Out::Unicast(reply, Body::Config { authority, broker_id }));
+                    self.out.push_back(Out::Unicast(
+                        reply,
+                        Body::Config {
+                            authority,
+                            broker_id,
+                        },
+                    ));
                 }
                 AuthorityKind::Tracker => {
-                    self.out.push_back(Out::Unicast(reply, Body::TrackerConfig { authority }));
+                    self.out
+                        .push_back(Out::Unicast(reply, Body::TrackerConfig { authority }));
                     // Register what the HELLO announces, as the prototype did.
                     let lease = self.cfg.timers.lease.as_millis() as u32;
                     if roles.contains(&Role::P2pProducer) {
@@ -775,7 +927,11 @@ impl Node {
     }
 
     fn on_register_slave(&mut self, node: &str, id: u32, listener: &str, reply: SocketAddr) {
-        let Some(o) = self.own.iter().find(|o| o.kind == AuthorityKind::Datasink && o.active) else {
+        let Some(o) = self
+            .own
+            .iter()
+            .find(|o| o.kind == AuthorityKind::Datasink && o.active)
+        else {
             return;
         };
         if self.slaves.ids.get(node) != Some(&id) {
@@ -787,17 +943,25 @@ impl Node {
             brokers.extend(self.slaves.registered.iter().copied());
             self.out.push_back(Out::Unicast(
                 reply,
-                Body::ClusterResize { authority: o.authority.clone(), brokers },
+                Body::ClusterResize {
+                    authority: o.authority.clone(),
+                    brokers,
+                },
             ));
             return;
         }
         self.slaves.registered.insert(id);
         self.slaves.listeners.insert(id, listener.to_string());
-        self.events.push_back(Event::SlaveRegistered { broker_id: id, listener: listener.to_string() });
+        self.events.push_back(Event::SlaveRegistered {
+            broker_id: id,
+            listener: listener.to_string(),
+        });
     }
 
     fn tracker_active(&self) -> bool {
-        self.own.iter().any(|o| o.kind == AuthorityKind::Tracker && o.active)
+        self.own
+            .iter()
+            .any(|o| o.kind == AuthorityKind::Tracker && o.active)
     }
 
     fn lease_end(&self, now: Instant, lease_ms: u32) -> Instant {
@@ -823,7 +987,15 @@ impl Node {
         let expires = self.lease_end(now, lease_ms);
         self.tracker.producers.insert(
             node.to_string(),
-            Lease { value: (topics.to_vec(), have.to_vec()), addr: reply.ip(), port: reply.port(), expires },
+            Lease {
+                value: Published {
+                    topics: topics.to_vec(),
+                    have: have.to_vec(),
+                },
+                addr: reply.ip(),
+                port: reply.port(),
+                expires,
+            },
         );
         if self.tracker.warm {
             self.send_sets_to(node);
@@ -848,7 +1020,12 @@ impl Node {
         let expires = self.lease_end(now, lease_ms);
         self.tracker.consumers.insert(
             node.to_string(),
-            Lease { value: subs.to_vec(), addr: reply.ip(), port: reply.port(), expires },
+            Lease {
+                value: subs.to_vec(),
+                addr: reply.ip(),
+                port: reply.port(),
+                expires,
+            },
         );
         self.recompute_sets();
     }
@@ -863,11 +1040,15 @@ impl Node {
             o.answered.remove(node);
         }
         // An authority stepping down: stop following it.
-        for f in [&mut self.sink_follow, &mut self.tracker_follow].into_iter().flatten() {
+        for f in [&mut self.sink_follow, &mut self.tracker_follow]
+            .into_iter()
+            .flatten()
+        {
             let is_authority = roles.iter().any(|r| {
                 matches!(
                     (f.kind, r),
-                    (AuthorityKind::Datasink, Role::Datasink) | (AuthorityKind::Tracker, Role::Tracker)
+                    (AuthorityKind::Datasink, Role::Datasink)
+                        | (AuthorityKind::Tracker, Role::Tracker)
                 )
             });
             if is_authority && f.current.as_ref().is_some_and(|c| c.node == node) {
@@ -889,18 +1070,28 @@ impl Node {
         for c in self.tracker.consumers.values() {
             for s in &c.value {
                 let ip = s.host.unwrap_or(c.addr);
-                fresh.entry(s.topic.clone()).or_default().push(SocketAddr::new(ip, s.port));
+                fresh
+                    .entry(s.topic.clone())
+                    .or_default()
+                    .push(SocketAddr::new(ip, s.port));
             }
         }
         let mut changed = Vec::new();
-        let topics: BTreeSet<String> =
-            fresh.keys().chain(self.tracker.sets.keys()).cloned().collect();
+        let topics: BTreeSet<String> = fresh
+            .keys()
+            .chain(self.tracker.sets.keys())
+            .cloned()
+            .collect();
         for t in topics {
             let mut d = fresh.remove(&t).unwrap_or_default();
             d.sort();
             d.dedup();
             d.truncate(MAX_DESTINATIONS);
-            let entry = self.tracker.sets.entry(t.clone()).or_insert((0, Vec::new()));
+            let entry = self
+                .tracker
+                .sets
+                .entry(t.clone())
+                .or_insert((0, Vec::new()));
             if entry.1 != d || entry.0 == 0 {
                 entry.0 += 1;
                 entry.1 = d;
@@ -914,7 +1105,7 @@ impl Node {
             .tracker
             .producers
             .iter()
-            .filter(|(_, p)| p.value.0.iter().any(|t| changed.contains(t)))
+            .filter(|(_, p)| p.value.topics.iter().any(|t| changed.contains(t)))
             .map(|(n, _)| n.clone())
             .collect();
         for p in producers {
@@ -924,24 +1115,34 @@ impl Node {
 
     /// Sends `node` every set of its topics that it does not hold yet.
     fn send_sets_to(&mut self, node: &str) {
-        let epoch = self.own_authority(AuthorityKind::Tracker).map(|a| a.epoch).unwrap_or(0);
-        let Some(p) = self.tracker.producers.get(node) else { return };
+        let epoch = self
+            .own_authority(AuthorityKind::Tracker)
+            .map(|a| a.epoch)
+            .unwrap_or(0);
+        let Some(p) = self.tracker.producers.get(node) else {
+            return;
+        };
         let addr = SocketAddr::new(p.addr, p.port);
-        for t in &p.value.0 {
+        for t in &p.value.topics {
             let (version, dests) = self.tracker.sets.get(t).cloned().unwrap_or((0, Vec::new()));
-            let has = p.value.1.iter().find(|h| &h.topic == t);
+            let has = p.value.have.iter().find(|h| &h.topic == t);
             if has.is_some_and(|h| h.epoch == epoch && h.version == version) {
                 continue;
             }
             self.out.push_back(Out::Unicast(
                 addr,
-                Body::NewDestination { topic: t.clone(), epoch, version, dests },
+                Body::NewDestination {
+                    topic: t.clone(),
+                    epoch,
+                    version,
+                    dests,
+                },
             ));
         }
         // Until the next PUBLISH says otherwise, assume it has them.
         let sent: Vec<Have> = p
             .value
-            .0
+            .topics
             .iter()
             .map(|t| Have {
                 topic: t.clone(),
@@ -950,7 +1151,7 @@ impl Node {
             })
             .collect();
         if let Some(p) = self.tracker.producers.get_mut(node) {
-            p.value.1 = sent;
+            p.value.have = sent;
         }
     }
 
@@ -963,7 +1164,10 @@ impl Node {
         self.tracker.producers.retain(|_, p| now < p.expires);
         let expired = self.tracker.consumers.len() != before;
         if !self.tracker.warm
-            && self.tracker.started.is_some_and(|s| now >= s + self.cfg.timers.tracker_warmup)
+            && self
+                .tracker
+                .started
+                .is_some_and(|s| now >= s + self.cfg.timers.tracker_warmup)
         {
             self.tracker.warm = true;
             self.recompute_sets();
@@ -984,7 +1188,9 @@ impl Node {
         version: u64,
         dests: &[SocketAddr],
     ) {
-        if !self.cfg.roles.contains(&Role::P2pProducer) || !self.is_current(AuthorityKind::Tracker, node) {
+        if !self.cfg.roles.contains(&Role::P2pProducer)
+            || !self.is_current(AuthorityKind::Tracker, node)
+        {
             return;
         }
         if !self.cfg.publish.iter().any(|t| t == topic) {
@@ -1000,8 +1206,13 @@ impl Node {
             .copied()
             .take(MAX_DESTINATIONS)
             .collect();
-        self.dests.sets.insert(topic.to_string(), (epoch, version, allowed.clone()));
-        self.events.push_back(Event::Destinations { topic: topic.to_string(), dests: allowed });
+        self.dests
+            .sets
+            .insert(topic.to_string(), (epoch, version, allowed.clone()));
+        self.events.push_back(Event::Destinations {
+            topic: topic.to_string(),
+            dests: allowed,
+        });
     }
 }
 
@@ -1029,7 +1240,11 @@ mod tests {
             node: node.into(),
             roles: roles.to_vec(),
             publish: vec!["edge.stats".into()],
-            subscribe: vec![Subscription { topic: "edge.stats".into(), port: 9000, host: None }],
+            subscribe: vec![Subscription {
+                topic: "edge.stats".into(),
+                port: 9000,
+                host: None,
+            }],
             allowed: vec![Net::parse("127.0.0.0/8").unwrap()],
             timers: timers(),
             seed: node.len() as u64 * 7919,
@@ -1048,19 +1263,31 @@ mod tests {
 
     impl Lan {
         fn new() -> Lan {
-            Lan { nodes: Vec::new(), ports: 20000, now: Instant::now(), events: Vec::new(), lost: Box::new(|_| false) }
+            Lan {
+                nodes: Vec::new(),
+                ports: 20000,
+                now: Instant::now(),
+                events: Vec::new(),
+                lost: Box::new(|_| false),
+            }
         }
 
         fn add(&mut self, c: NodeConfig) -> usize {
             self.ports += 1;
             let port = self.ports;
             let n = Node::new(c, self.now);
-            self.nodes.push((SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port), n, 0));
+            self.nodes
+                .push((SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port), n, 0));
             self.nodes.len() - 1
         }
 
         fn node(&mut self, name: &str) -> &mut Node {
-            &mut self.nodes.iter_mut().find(|n| n.1.cfg.node == name).unwrap().1
+            &mut self
+                .nodes
+                .iter_mut()
+                .find(|n| n.1.cfg.node == name)
+                .unwrap()
+                .1
         }
 
         fn remove(&mut self, name: &str) {
@@ -1091,7 +1318,15 @@ mod tests {
                     if (self.lost)(&body) {
                         continue;
                     }
-                    let msg = Message { v: 1, node, inc: 1, seq, ts: 0, port: from.port(), body };
+                    let msg = Message {
+                        v: 1,
+                        node,
+                        inc: 1,
+                        seq,
+                        ts: 0,
+                        port: from.port(),
+                        body,
+                    };
                     for (addr, n, _) in &mut self.nodes {
                         if *addr != from && to.is_none_or(|t| t == *addr) {
                             n.handle(self.now, from, &msg);
@@ -1115,13 +1350,26 @@ mod tests {
         }
 
         fn dests(&self, node: &str) -> Vec<SocketAddr> {
-            self.nodes.iter().find(|n| n.1.cfg.node == node).unwrap().1.destinations("edge.stats").to_vec()
+            self.nodes
+                .iter()
+                .find(|n| n.1.cfg.node == node)
+                .unwrap()
+                .1
+                .destinations("edge.stats")
+                .to_vec()
         }
     }
 
     #[test]
     fn every_start_order_of_sink_producer_and_consumer_configures_all() {
-        let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+        let orders = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
         for order in orders {
             let mut lan = Lan::new();
             for (i, who) in order.iter().enumerate() {
@@ -1129,7 +1377,11 @@ mod tests {
                     0 => {
                         lan.add(cfg("sink", &[Role::Datasink]));
                         let now = lan.now;
-                        lan.node("sink").become_authority(AuthorityKind::Datasink, authority(100), now);
+                        lan.node("sink").become_authority(
+                            AuthorityKind::Datasink,
+                            authority(100),
+                            now,
+                        );
                     }
                     1 => {
                         lan.add(cfg("prod", &[Role::Producer]));
@@ -1145,7 +1397,10 @@ mod tests {
             lan.settle();
             while !(lan.node("prod").configured() && lan.node("cons").configured()) {
                 lan.run(Duration::from_millis(50));
-                assert!(lan.now - t0 < Duration::from_secs(1), "order {order:?} not configured in 1 s");
+                assert!(
+                    lan.now - t0 < Duration::from_secs(1),
+                    "order {order:?} not configured in 1 s"
+                );
             }
             for who in ["prod", "cons"] {
                 assert!(lan.events.iter().any(|(n, e)| n == who
@@ -1169,10 +1424,16 @@ mod tests {
                 hellos.push(now);
             }
         }
-        let gaps: Vec<u128> = hellos.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        let gaps: Vec<u128> = hellos
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_millis())
+            .collect();
         assert!(gaps[0] >= 150 && gaps[0] <= 350, "{gaps:?}");
         assert!(gaps.iter().all(|g| *g <= 5050), "{gaps:?}");
-        assert!(gaps.last().unwrap() >= &2950, "backoff grows to ~4 s: {gaps:?}");
+        assert!(
+            gaps.last().unwrap() >= &2950,
+            "backoff grows to ~4 s: {gaps:?}"
+        );
         // 20 s of retries stay a handful of datagrams.
         assert!(hellos.len() < 15, "{}", hellos.len());
     }
@@ -1194,7 +1455,8 @@ mod tests {
         });
         lan.add(cfg("sink", &[Role::Datasink]));
         let now = lan.now;
-        lan.node("sink").become_authority(AuthorityKind::Datasink, authority(100), now);
+        lan.node("sink")
+            .become_authority(AuthorityKind::Datasink, authority(100), now);
         lan.settle();
         assert!(!lan.node("prod").configured());
         lan.run(Duration::from_millis(2100));
@@ -1207,17 +1469,26 @@ mod tests {
         lan.add(cfg("sink-a", &[Role::Datasink]));
         lan.add(cfg("prod", &[Role::Producer]));
         let now = lan.now;
-        lan.node("sink-a").become_authority(AuthorityKind::Datasink, authority(100), now);
+        lan.node("sink-a")
+            .become_authority(AuthorityKind::Datasink, authority(100), now);
         lan.run(Duration::from_millis(500));
         lan.add(cfg("sink-b", &[Role::Datasink]));
         let mut b = authority(200);
         b.bootstrap = Some("127.0.0.2:9092".into());
         let now = lan.now;
-        lan.node("sink-b").become_authority(AuthorityKind::Datasink, b, now);
+        lan.node("sink-b")
+            .become_authority(AuthorityKind::Datasink, b, now);
         lan.run(Duration::from_millis(100));
-        assert!(lan.events.iter().any(|(n, e)| n == "prod"
-            && matches!(e, Event::Sink { node, .. } if node == "sink-b")));
-        assert!(lan.events.iter().any(|(n, e)| n == "sink-a" && *e == Event::SteppedDown(AuthorityKind::Datasink)));
+        assert!(
+            lan.events
+                .iter()
+                .any(|(n, e)| n == "prod"
+                    && matches!(e, Event::Sink { node, .. } if node == "sink-b"))
+        );
+        assert!(lan
+            .events
+            .iter()
+            .any(|(n, e)| n == "sink-a" && *e == Event::SteppedDown(AuthorityKind::Datasink)));
         // sink-a's later beacons stop; the producer stays on sink-b.
         lan.run(Duration::from_secs(5));
         let last_sink = lan.events.iter().rev().find_map(|(n, e)| match e {
@@ -1228,11 +1499,23 @@ mod tests {
         // sink-b dies: after the timeout sink-a takes over with a higher epoch.
         lan.remove("sink-b");
         lan.run(Duration::from_secs(8));
-        assert!(lan.events.iter().any(|(n, e)| n == "sink-a" && *e == Event::Active(AuthorityKind::Datasink)));
-        let a = lan.node("sink-a").own_authority(AuthorityKind::Datasink).unwrap().epoch;
+        assert!(lan
+            .events
+            .iter()
+            .any(|(n, e)| n == "sink-a" && *e == Event::Active(AuthorityKind::Datasink)));
+        let a = lan
+            .node("sink-a")
+            .own_authority(AuthorityKind::Datasink)
+            .unwrap()
+            .epoch;
         assert!(a > 200, "{a}");
-        assert!(lan.events.iter().rev().any(|(n, e)| n == "prod"
-            && matches!(e, Event::Sink { node, .. } if node == "sink-a")));
+        assert!(
+            lan.events
+                .iter()
+                .rev()
+                .any(|(n, e)| n == "prod"
+                    && matches!(e, Event::Sink { node, .. } if node == "sink-a"))
+        );
     }
 
     #[test]
@@ -1240,7 +1523,8 @@ mod tests {
         let mut lan = Lan::new();
         lan.add(cfg("sink", &[Role::Datasink]));
         let now = lan.now;
-        lan.node("sink").become_authority(AuthorityKind::Datasink, authority(100), now);
+        lan.node("sink")
+            .become_authority(AuthorityKind::Datasink, authority(100), now);
         lan.add(cfg("slave", &[Role::DatasinkSlave]));
         lan.run(Duration::from_millis(300));
         let assigned: Vec<u32> = lan
@@ -1258,15 +1542,31 @@ mod tests {
         lan.node("slave").slave_ready("127.0.0.1:9192".into(), now);
         lan.settle();
         assert!(lan.events.iter().any(|(n, e)| n == "sink"
-            && *e == Event::SlaveRegistered { broker_id: 2, listener: "127.0.0.1:9192".into() }));
+            && *e
+                == Event::SlaveRegistered {
+                    broker_id: 2,
+                    listener: "127.0.0.1:9192".into()
+                }));
         // Until the resize is done, the slave repeats its registration.
         lan.run(Duration::from_millis(1100));
-        let registered = lan.events.iter().filter(|(_, e)| matches!(e, Event::SlaveRegistered { .. })).count();
-        assert_eq!(registered, 1, "a repeated REGISTER_SLAVE is not a second registration");
+        let registered = lan
+            .events
+            .iter()
+            .filter(|(_, e)| matches!(e, Event::SlaveRegistered { .. }))
+            .count();
+        assert_eq!(
+            registered, 1,
+            "a repeated REGISTER_SLAVE is not a second registration"
+        );
         let now = lan.now;
         lan.node("sink").cluster_resized(vec![1, 2], now);
         lan.settle();
-        let boot = lan.node("sink").own_authority(AuthorityKind::Datasink).unwrap().bootstrap.clone();
+        let boot = lan
+            .node("sink")
+            .own_authority(AuthorityKind::Datasink)
+            .unwrap()
+            .bootstrap
+            .clone();
         assert_eq!(boot.as_deref(), Some("127.0.0.1:9092,127.0.0.1:9192"));
         assert!(lan.node("slave").slave.as_ref().unwrap().acknowledged);
     }
@@ -1275,7 +1575,8 @@ mod tests {
         let mut lan = Lan::new();
         lan.add(cfg("tracker", &[Role::Tracker]));
         let now = lan.now;
-        lan.node("tracker").become_authority(AuthorityKind::Tracker, authority(100), now);
+        lan.node("tracker")
+            .become_authority(AuthorityKind::Tracker, authority(100), now);
         lan.add(cfg("prod", &[Role::P2pProducer]));
         lan.add(cfg("cons-a", &[Role::P2pConsumer]));
         lan.add(cfg("cons-b", &[Role::P2pConsumer]));
@@ -1287,7 +1588,11 @@ mod tests {
     fn the_tracker_joins_producers_and_consumers_into_full_sets() {
         let lan = p2p();
         let d = lan.dests("prod");
-        assert_eq!(d, vec![SocketAddr::from(([127, 0, 0, 1], 9000))], "both consumers on one host and port");
+        assert_eq!(
+            d,
+            vec![SocketAddr::from(([127, 0, 0, 1], 9000))],
+            "both consumers on one host and port"
+        );
     }
 
     #[test]
@@ -1304,18 +1609,25 @@ mod tests {
         lan.remove("tracker");
         lan.add(cfg("tracker-2", &[Role::Tracker]));
         let now = lan.now;
-        lan.node("tracker-2").become_authority(AuthorityKind::Tracker, authority(300), now);
+        lan.node("tracker-2")
+            .become_authority(AuthorityKind::Tracker, authority(300), now);
         let mut min = usize::MAX;
         for _ in 0..80 {
             lan.run(Duration::from_millis(50));
             min = min.min(lan.dests("prod").len());
         }
         assert_eq!(min, 2, "the producer never held a partial set");
-        assert!(lan.events.iter().any(|(n, e)| n == "prod" && matches!(e, Event::Tracker { epoch: 300, .. })));
+        assert!(lan
+            .events
+            .iter()
+            .any(|(n, e)| n == "prod" && matches!(e, Event::Tracker { epoch: 300, .. })));
         // cons-b vanishes without BYE: out after its lease.
         lan.remove("cons-b");
         lan.run(Duration::from_secs(7));
-        assert_eq!(lan.dests("prod"), vec![SocketAddr::from(([127, 0, 0, 11], 9000))]);
+        assert_eq!(
+            lan.dests("prod"),
+            vec![SocketAddr::from(([127, 0, 0, 11], 9000))]
+        );
         // cons-a leaves with BYE: out at once.
         lan.node("cons-a").shutdown();
         lan.settle();
@@ -1329,7 +1641,11 @@ mod tests {
         lan.node("cons-a").cfg.subscribe[0].host = Some(IpAddr::from([169, 254, 169, 254]));
         lan.node("cons-a").next_subscribe = Some(lan.now);
         lan.run(Duration::from_millis(200));
-        assert!(lan.dests("prod").iter().all(|d| d.ip().is_loopback()), "{:?}", lan.dests("prod"));
+        assert!(
+            lan.dests("prod").iter().all(|d| d.ip().is_loopback()),
+            "{:?}",
+            lan.dests("prod")
+        );
     }
 
     #[test]
@@ -1337,7 +1653,8 @@ mod tests {
         let mut lan = Lan::new();
         lan.add(cfg("tracker", &[Role::Tracker]));
         let now = lan.now;
-        lan.node("tracker").become_authority(AuthorityKind::Tracker, authority(100), now);
+        lan.node("tracker")
+            .become_authority(AuthorityKind::Tracker, authority(100), now);
         let from = SocketAddr::from(([127, 0, 0, 1], 5555));
         for i in 0..(MAX_NODES * 3) {
             let msg = Message {
@@ -1347,7 +1664,11 @@ mod tests {
                 seq: 1,
                 ts: 0,
                 port: 5555,
-                body: Body::Hello { roles: vec![Role::P2pConsumer], publish: vec![], subscribe: cfg("x", &[]).subscribe },
+                body: Body::Hello {
+                    roles: vec![Role::P2pConsumer],
+                    publish: vec![],
+                    subscribe: cfg("x", &[]).subscribe,
+                },
             };
             lan.node("tracker").handle(now, from, &msg);
         }
@@ -1363,8 +1684,12 @@ mod tests {
         assert!(n.contains("10.78.3.4".parse().unwrap()));
         assert!(!n.contains("10.79.0.1".parse().unwrap()));
         assert!(!n.contains("::1".parse().unwrap()));
-        assert!(Net::parse("::1/128").unwrap().contains("::1".parse().unwrap()));
+        assert!(Net::parse("::1/128")
+            .unwrap()
+            .contains("::1".parse().unwrap()));
         assert!(Net::parse("1.2.3.4/33").is_err());
-        assert!(Net::parse("0.0.0.0/0").unwrap().contains("8.8.8.8".parse().unwrap()));
+        assert!(Net::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
     }
 }
