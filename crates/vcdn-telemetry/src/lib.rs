@@ -11,3 +11,4 @@ pub mod envelope;
 pub mod keys;
 pub mod message;
 pub mod node;
+pub mod record;
