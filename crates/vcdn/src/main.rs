@@ -20,6 +20,7 @@ mod proxy_cmd;
 mod reactive_cmd;
 mod router_cmd;
 mod service_cmd;
+mod telemetry_cmd;
 mod testbed_cmd;
 mod up_cmd;
 mod video_args;
@@ -89,6 +90,12 @@ enum Cmd {
         #[command(flatten)]
         video: video_args::VideoArgs,
     },
+    /// Run the telemetry agent (ANDy): discovery, relaying local ports to
+    /// topics, peer-to-peer delivery, the tracker.
+    Agent(telemetry_cmd::AgentArgs),
+    /// Telemetry: make keys, watch a topic live.
+    #[command(subcommand)]
+    Telemetry(telemetry_cmd::TelemetryCmd),
     /// Run a dynamic-content acceleration proxy (ingress, transport or egress of a chain).
     Proxy(proxy_cmd::ProxyArgs),
     /// Hold a listening socket and start a server on it at the first
@@ -336,6 +343,8 @@ fn main() -> ExitCode {
         Cmd::Router(a) => router_cmd::run(a),
         Cmd::Netem(a) => netem_cmd::run(a),
         Cmd::Proxy(a) => proxy_cmd::run(a),
+        Cmd::Agent(a) => telemetry_cmd::run(telemetry_cmd::agent(a)),
+        Cmd::Telemetry(c) => telemetry_cmd::run(telemetry_cmd::telemetry(c)),
         Cmd::Testbed(a) => testbed_cmd::run(a),
         Cmd::Reactive(a) => reactive_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),

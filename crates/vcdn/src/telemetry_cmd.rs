@@ -1,0 +1,300 @@
+//! `vcdn agent` (the telemetry agent every node runs, ANDy) and
+//! `vcdn telemetry` (keys, and watching a topic live).
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Subcommand};
+use vcdn_http::serve::{Response, ServeConfig};
+use vcdn_telemetry::agent::{Agent, AgentConfig, Ingest, DISCOVERY_PORT};
+use vcdn_telemetry::keys::KeyFile;
+use vcdn_telemetry::message::{Authority, AuthorityKind, Role, Subscription};
+use vcdn_telemetry::node::Net;
+
+/// Where an agent talks: shared by `vcdn agent` and `vcdn telemetry tail`.
+#[derive(Args, Clone)]
+pub struct Discovery {
+    /// The deployment's telemetry key file (JSON; `vcdn telemetry keys`).
+    #[arg(long, env = "VCDN_TELEMETRY_KEYS")]
+    keys: PathBuf,
+    /// UDP port of discovery broadcasts.
+    #[arg(long, default_value_t = DISCOVERY_PORT, env = "VCDN_TELEMETRY_DISCOVERY_PORT")]
+    discovery_port: u16,
+    /// Where broadcasts go: 127.255.255.255 on one host, the subnet's
+    /// broadcast address on a LAN.
+    #[arg(
+        long,
+        default_value = "127.255.255.255",
+        env = "VCDN_TELEMETRY_BROADCAST"
+    )]
+    broadcast: IpAddr,
+    /// Address the agent's sockets bind to.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: IpAddr,
+    /// Networks data may be sent to (repeatable) [default: 127.0.0.0/8].
+    #[arg(long = "allow", value_parser = Net::parse)]
+    allow: Vec<Net>,
+}
+
+impl Discovery {
+    fn config(&self, node: &str, roles: Vec<Role>) -> AgentConfig {
+        let mut c = AgentConfig::loopback(node, roles);
+        c.discovery_port = self.discovery_port;
+        c.broadcast = self.broadcast;
+        c.bind = self.bind;
+        if !self.allow.is_empty() {
+            c.allowed = self.allow.clone();
+        }
+        c
+    }
+
+    fn keys(&self) -> Result<KeyFile, String> {
+        KeyFile::load(&self.keys).map_err(|e| e.to_string())
+    }
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+        format!(
+            "unknown role {s:?}: one of datasink, datasink-slave, producer, consumer, hybrid, \
+             tracker, p2p-producer, p2p-consumer"
+        )
+    })
+}
+
+fn parse_subscription(s: &str) -> Result<Subscription, String> {
+    let (t, p) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not TOPIC=PORT"))?;
+    let port = p.parse().map_err(|_| format!("{p:?} is not a port"))?;
+    Ok(Subscription {
+        topic: t.to_string(),
+        port,
+        host: None,
+    })
+}
+
+#[derive(Args)]
+pub struct AgentArgs {
+    /// This node's id: 1-64 of [A-Za-z0-9._:-] [default: agent-PID].
+    #[arg(long, env = "VCDN_TELEMETRY_NODE")]
+    node: Option<String>,
+    /// A role (repeatable): tracker, p2p-producer, p2p-consumer, datasink,
+    /// datasink-slave, producer, consumer, hybrid.
+    #[arg(long = "role", required = true, value_parser = parse_role)]
+    roles: Vec<Role>,
+    /// Relay a local port to a topic: PORT=TOPIC (UDP) or PORT=TOPIC/tcp
+    /// (newline-framed lines), on 127.0.0.1 (repeatable).
+    #[arg(long = "ingest", value_parser = Ingest::parse)]
+    ingest: Vec<Ingest>,
+    /// Deliver a topic to a local UDP port: TOPIC=PORT (repeatable).
+    #[arg(long = "subscribe", value_parser = parse_subscription)]
+    subscribe: Vec<Subscription>,
+    /// Serve /metrics and /healthz here.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    metrics_listen: SocketAddr,
+    #[command(flatten)]
+    discovery: Discovery,
+}
+
+pub async fn agent(a: AgentArgs) -> Result<(), String> {
+    let node = a
+        .node
+        .clone()
+        .unwrap_or_else(|| format!("agent-{}", std::process::id()));
+    let file = a.discovery.keys()?;
+    let keys = Arc::new(file.keyring().map_err(|e| e.to_string())?);
+    let authority_roles: Vec<&Role> = a
+        .roles
+        .iter()
+        .filter(|r| matches!(r, Role::Tracker | Role::Datasink))
+        .collect();
+    if !authority_roles.is_empty() && !keys.can_sign() {
+        return Err(format!(
+            "the role {:?} needs the authority's private key, which {} does not hold",
+            authority_roles[0],
+            a.discovery.keys.display()
+        ));
+    }
+    if a.roles.iter().any(|r| {
+        matches!(
+            r,
+            Role::Datasink | Role::DatasinkSlave | Role::Producer | Role::Consumer | Role::Hybrid
+        )
+    }) {
+        return Err("datasink mode (Kafka) roles are not available in this build of `vcdn agent` yet; use the p2p roles".into());
+    }
+    let mut cfg = a.discovery.config(&node, a.roles.clone());
+    cfg.ingest = a.ingest.clone();
+    cfg.subscribe = a.subscribe.clone();
+    let agent = Arc::new(
+        Agent::start(cfg, keys)
+            .await
+            .map_err(|e| format!("cannot start the agent: {e}"))?,
+    );
+    if a.roles.contains(&Role::Tracker) {
+        agent.become_authority(
+            AuthorityKind::Tracker,
+            Authority {
+                epoch: now_ms(),
+                bootstrap: None,
+                cluster_id: None,
+                controller: None,
+                generation: 0,
+            },
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(a.metrics_listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", a.metrics_listen))?;
+    let metrics_at = listener.local_addr().map_err(|e| e.to_string())?;
+    let m = agent.clone();
+    let handler: vcdn_http::serve::Handler = Arc::new(move |req| {
+        let m = m.clone();
+        Box::pin(async move {
+            match req.head.path() {
+                b"/metrics" => {
+                    let mut text = String::new();
+                    m.metrics().render(&mut text);
+                    Response::new(200, "text/plain; version=0.0.4", text)
+                }
+                b"/healthz" => Response::new(200, "text/plain", "ok\n"),
+                _ => Response::problem(404, "this agent serves /metrics and /healthz"),
+            }
+        })
+    });
+    tokio::spawn(vcdn_http::serve::serve(
+        listener,
+        ServeConfig::default(),
+        handler,
+    ));
+    println!(
+        "vcdn agent {node}: discovery on udp/{} (broadcast {}), unicast {}, metrics http://{metrics_at}/metrics",
+        a.discovery.discovery_port,
+        a.discovery.broadcast,
+        agent.unicast_addr()
+    );
+    for (i, at) in a.ingest.iter().zip(agent.ingest_addrs()) {
+        println!("  ingest {} → topic {}", at, i.topic);
+    }
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    tokio::signal::ctrl_c().await.ok();
+    if let Ok(agent) = Arc::try_unwrap(agent) {
+        agent.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Runs `f` on a small runtime of its own (the agent is light).
+pub fn run(f: impl std::future::Future<Output = Result<(), String>>) -> Result<(), String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?
+        .block_on(f)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[derive(Subcommand)]
+pub enum TelemetryCmd {
+    /// Make a deployment's key file (MAC key and the authority's key pair),
+    /// and optionally the copy without the private key that nodes get.
+    Keys {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long)]
+        member_out: Option<PathBuf>,
+    },
+    /// Watch a topic live: join discovery as a p2p consumer and print each
+    /// datum (a vcdn record as its JSON, after checking its MAC).
+    Tail {
+        topic: String,
+        /// Stop after this many data.
+        #[arg(long)]
+        count: Option<u64>,
+        #[command(flatten)]
+        discovery: Discovery,
+    },
+}
+
+pub async fn telemetry(cmd: TelemetryCmd) -> Result<(), String> {
+    match cmd {
+        TelemetryCmd::Keys { out, member_out } => {
+            let f = KeyFile::generate();
+            f.save(&out)
+                .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+            println!(
+                "wrote {} (keep it secret: it holds the authority's private key)",
+                out.display()
+            );
+            if let Some(m) = member_out {
+                f.member_only()
+                    .save(&m)
+                    .map_err(|e| format!("cannot write {}: {e}", m.display()))?;
+                println!("wrote {} (for nodes that are not authorities)", m.display());
+            }
+            Ok(())
+        }
+        TelemetryCmd::Tail {
+            topic,
+            count,
+            discovery,
+        } => {
+            let file = discovery.keys()?;
+            let keys = Arc::new(file.member_only().keyring().map_err(|e| e.to_string())?);
+            let inbox = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+            let port = inbox.local_addr().map_err(|e| e.to_string())?.port();
+            let node = format!("tail-{}", std::process::id());
+            let mut cfg = discovery.config(&node, vec![Role::P2pConsumer]);
+            cfg.subscribe = vec![Subscription {
+                topic: topic.clone(),
+                port,
+                host: None,
+            }];
+            let agent = Agent::start(cfg, keys.clone())
+                .await
+                .map_err(|e| format!("cannot start the agent: {e}"))?;
+            eprintln!(
+                "tail {topic}: waiting for the tracker and data on udp/{port} (Ctrl-C stops)"
+            );
+            let n = tokio::task::spawn_blocking(move || {
+                inbox
+                    .set_read_timeout(Some(Duration::from_millis(500)))
+                    .ok();
+                let mut buf = vec![0u8; 65_536];
+                let mut n = 0u64;
+                let mut out = std::io::stdout().lock();
+                while count.is_none_or(|c| n < c) {
+                    let Ok((len, _)) = inbox.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    let line = match vcdn_telemetry::record::open(&keys, &buf[..len]) {
+                        Ok(r) => serde_json::to_string(&r).unwrap_or_default(),
+                        Err(_) => String::from_utf8_lossy(&buf[..len]).trim_end().to_string(),
+                    };
+                    if std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes()).is_err()
+                    {
+                        break;
+                    }
+                    n += 1;
+                }
+                n
+            });
+            tokio::select! {
+                r = n => { r.map_err(|e| e.to_string())?; }
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            agent.shutdown().await;
+            Ok(())
+        }
+    }
+}
