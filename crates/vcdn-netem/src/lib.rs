@@ -47,7 +47,11 @@
 //! a thread with its own single-threaded runtime, stopped when dropped;
 //! async callers use [`Shim::start`] on their runtime.
 
+pub mod cgroup;
+mod forwarder;
+pub mod lan;
 mod link;
+mod netns;
 mod relay;
 mod spec;
 mod stats;
