@@ -94,12 +94,12 @@ mod tests {
         assert_eq!(route(&mut sw, 1, &frame(A, B)), [0], "A was learned on 0");
         assert_eq!(route(&mut sw, 0, &frame(B, A)), [1], "B was learned on 1");
         assert_eq!(
-            route(&mut sw, 2, &frame([2, 0, 0, 0, 0, 0xc], A)),
-            [0, 1],
+            route(&mut sw, 1, &frame([2, 0, 0, 0, 0, 0xc], B)),
+            [0, 2],
             "unknown unicast floods"
         );
-        assert_eq!(route(&mut sw, 0, &frame(B, A)), [1]);
-        // A moved to segment 2 (its source was seen there last).
+        // A moves to segment 2 (its source is seen there last).
+        assert_eq!(route(&mut sw, 2, &frame(B, A)), [1]);
         assert_eq!(route(&mut sw, 1, &frame(A, B)), [2]);
     }
 
