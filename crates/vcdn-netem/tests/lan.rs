@@ -250,6 +250,46 @@ fn the_rate_cap_holds_for_a_bulk_tcp_transfer() {
     );
 }
 
+#[test]
+fn a_broadcast_flood_is_held_by_the_links_queue_and_counted() {
+    let _one = one_bed();
+    // 10 Mbit/s with room for 10 full frames: a node that floods the
+    // subnet cannot make the link buffer more, and every frame is either
+    // delivered or counted as dropped.
+    let link = LinkSpec::delay(5 * MS)
+        .with_rate_bps(10_000_000)
+        .with_queue(15_140);
+    let lan = Lan::start(two_clouds(1, link)).expect("LAN starts (needs root)");
+    let rx = lan
+        .run_in("w1", || UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 12555)))
+        .unwrap()
+        .unwrap();
+    rx.set_read_timeout(Some(300 * MS)).unwrap();
+    let tx = lan
+        .run_in("e1", || UdpSocket::bind((lan.addr("e1").unwrap(), 0)))
+        .unwrap()
+        .unwrap();
+    tx.set_broadcast(true).unwrap();
+    for _ in 0..100 {
+        tx.send_to(&[7u8; 1472], (lan.broadcast(), 12555)).unwrap();
+    }
+    let mut buf = [0u8; 2048];
+    let mut received = 0u64;
+    while rx.recv(&mut buf).is_ok() {
+        received += 1;
+    }
+    let l = lan.link_stats("east", "west").unwrap();
+    eprintln!("flood: {received} received, {l:?}");
+    assert_eq!(received + l.drops, 100, "delivered or counted: {l:?}");
+    assert!(
+        (10..=20).contains(&received),
+        "a 10-frame queue passes about 10 of a burst, got {received}"
+    );
+    // The link still works after the flood.
+    let (min, _, _) = ping(&lan, "w1", "e1", 2);
+    assert!(min >= 10.0, "ping after the flood: {min} ms");
+}
+
 /// A process's user + system CPU time (`/proc/PID/stat`), seconds.
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
