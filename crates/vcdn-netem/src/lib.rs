@@ -47,6 +47,7 @@
 //! a thread with its own single-threaded runtime, stopped when dropped;
 //! async callers use [`Shim::start`] on their runtime.
 
+mod bed;
 pub mod cgroup;
 mod forwarder;
 pub mod lan;
@@ -68,6 +69,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+pub use bed::Bed;
 use link::Link;
 pub use spec::{Dir, Limits, PathSpec, MAX_CHUNK, MAX_DEFAULT_QUEUE, MIN_QUEUE};
 use stats::Counters;

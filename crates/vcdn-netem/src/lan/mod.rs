@@ -48,7 +48,7 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use spec::{Flavor, LanSpec, LinkSpec, NodeSpec, MAX_NODES_PER_SEGMENT, MAX_SEGMENTS};
@@ -81,8 +81,9 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 /// A running LAN test bed. Dropping it tears everything down.
 pub struct Lan {
     spec: LanSpec,
-    /// The link of every ordered pair of segments, `i * n + j`.
-    links: Vec<LinkSpec>,
+    /// The link of every ordered pair of segments, `i * n + j` (behind a
+    /// lock so that the link can change while other threads use the bed).
+    links: Mutex<Vec<LinkSpec>>,
     /// Segment namespaces created so far.
     switches: Vec<String>,
     /// Node namespaces created so far, and their open files.
@@ -139,7 +140,7 @@ impl Lan {
         };
         let segs = spec.segments().len();
         let mut lan = Lan {
-            links: vec![spec.link_spec(); segs * segs],
+            links: Mutex::new(vec![spec.link_spec(); segs * segs]),
             spec,
             switches: Vec::new(),
             nodes: Vec::new(),
@@ -148,11 +149,7 @@ impl Lan {
             shared: Arc::new(Shared::new(segs)),
             forwarder: None,
         };
-        for i in 0..segs {
-            for j in 0..segs {
-                lan.apply(i, j);
-            }
-        }
+        lan.set_link_all(lan.spec.link_spec());
         let base = format!(
             "{PREFIX}{}-{}",
             std::process::id(),
@@ -330,23 +327,21 @@ impl Lan {
     /// Sets the link between segments `a` and `b`, both directions, while
     /// running. Frames already on the link keep their time; a shorter
     /// delay never overtakes them.
-    pub fn set_link(&mut self, a: &str, b: &str, link: LinkSpec) -> io::Result<()> {
+    pub fn set_link(&self, a: &str, b: &str, link: LinkSpec) -> io::Result<()> {
         let (i, j) = (self.spec.segment_index(a)?, self.spec.segment_index(b)?);
-        let n = self.spec.segments().len();
-        self.links[i * n + j] = link;
-        self.links[j * n + i] = link;
-        self.apply(i, j);
-        self.apply(j, i);
+        let mut links = self.links();
+        self.apply(&mut links, i, j, link);
+        self.apply(&mut links, j, i, link);
         Ok(())
     }
 
     /// Sets the link between every two segments while running.
-    pub fn set_link_all(&mut self, link: LinkSpec) {
+    pub fn set_link_all(&self, link: LinkSpec) {
         let n = self.spec.segments().len();
+        let mut links = self.links();
         for i in 0..n {
             for j in 0..n {
-                self.links[i * n + j] = link;
-                self.apply(i, j);
+                self.apply(&mut links, i, j, link);
             }
         }
     }
@@ -354,7 +349,11 @@ impl Lan {
     /// The link `from → to` now.
     pub fn link(&self, from: &str, to: &str) -> io::Result<LinkSpec> {
         let (i, j) = (self.spec.segment_index(from)?, self.spec.segment_index(to)?);
-        Ok(self.links[i * self.spec.segments().len() + j])
+        Ok(self.links()[i * self.spec.segments().len() + j])
+    }
+
+    fn links(&self) -> MutexGuard<'_, Vec<LinkSpec>> {
+        self.links.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The counters of the link `from → to` (segments).
@@ -402,9 +401,9 @@ impl Lan {
         }
     }
 
-    /// Copies link `i → j` into the forwarder's settings.
-    fn apply(&self, i: usize, j: usize) {
-        let l = self.links[i * self.spec.segments().len() + j];
+    /// Sets link `i → j`, here and in the forwarder's settings.
+    fn apply(&self, links: &mut [LinkSpec], i: usize, j: usize, l: LinkSpec) {
+        links[i * self.spec.segments().len() + j] = l;
         self.shared
             .set(i, j, l.delay, l.rate_bps, l.queue_in_effect());
     }
