@@ -16,7 +16,8 @@
 //!   port of its segment's bridge. Node j (from 0) of segment k has
 //!   address `10.78.k.(j+1)/16`; the subnet's broadcast address,
 //!   `10.78.255.255` ([`BROADCAST`]), reaches every node of every
-//!   segment. IPv6 is off (no neighbour discovery chatter on the link);
+//!   segment, and so does `255.255.255.255` (a host route sends it out of
+//!   `eth0`; there is no default route). IPv6 is off (no neighbour discovery chatter on the link);
 //!   TCP stays at the kernel's defaults;
 //! - with two or more segments, each bridge has a **TAP port** `vltap0`,
 //!   opened inside the segment's namespace by this process, and the
@@ -211,7 +212,8 @@ impl Lan {
             let batch = format!(
                 "link set dev lo up\n\
                  link set dev eth0 up\n\
-                 addr add {addr}/{PREFIX_LEN} broadcast {BROADCAST} dev eth0\n"
+                 addr add {addr}/{PREFIX_LEN} broadcast {BROADCAST} dev eth0\n\
+                 route add 255.255.255.255/32 dev eth0 src {addr}\n"
             );
             netns::ip(["-n", &ns, "-batch", "-"], Some(&batch))?;
             let group = match (node.cpus, &hierarchy) {
