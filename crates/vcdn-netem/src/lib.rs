@@ -42,6 +42,10 @@
 //! - [`testbed`]: root, one network namespace per node, every IP packet
 //!   delayed on its link. Use it when TCP's own dynamics matter: slow
 //!   start, handshakes, congestion control, split-TCP proxy chains (MOSTO).
+//! - [`lan`]: root, nodes on bridged Ethernet segments sharing one
+//!   broadcast domain, segments joined by the same forwarder's delayed,
+//!   rate-capped link, CPU quotas per node: for protocols that discover by
+//!   broadcast (ANDy's telemetry agents) and the thesis's VM sizes.
 //!
 //! Tests are mostly synchronous, so [`Shim::spawn_thread`] runs a shim on
 //! a thread with its own single-threaded runtime, stopped when dropped;
