@@ -42,12 +42,21 @@
 //! - [`testbed`]: root, one network namespace per node, every IP packet
 //!   delayed on its link. Use it when TCP's own dynamics matter: slow
 //!   start, handshakes, congestion control, split-TCP proxy chains (MOSTO).
+//! - [`lan`]: root, nodes on bridged Ethernet segments sharing one
+//!   broadcast domain, segments joined by the same forwarder's delayed,
+//!   rate-capped link, CPU quotas per node: for protocols that discover by
+//!   broadcast (ANDy's telemetry agents) and the thesis's VM sizes.
 //!
 //! Tests are mostly synchronous, so [`Shim::spawn_thread`] runs a shim on
 //! a thread with its own single-threaded runtime, stopped when dropped;
 //! async callers use [`Shim::start`] on their runtime.
 
+mod bed;
+pub mod cgroup;
+mod forwarder;
+pub mod lan;
 mod link;
+mod netns;
 mod relay;
 mod spec;
 mod stats;
@@ -64,6 +73,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+pub use bed::Bed;
 use link::Link;
 pub use spec::{Dir, Limits, PathSpec, MAX_CHUNK, MAX_DEFAULT_QUEUE, MIN_QUEUE};
 use stats::Counters;

@@ -23,27 +23,23 @@
 //! Namespaces left by a process that died without teardown are removed by
 //! the next test bed that starts.
 
-mod forwarder;
-mod netns;
 mod spec;
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use forwarder::MAX_IN_FLIGHT;
+pub use crate::forwarder::MAX_IN_FLIGHT;
 pub use spec::{default_queue, TestbedSpec, DEFAULT_QUEUE_TIME, MIN_DEFAULT_QUEUE};
 
-use forwarder::{LinkCtl, Shared};
+use crate::forwarder::{Forwarder, Router, Shared};
+use crate::netns;
 
 /// The MTU of every node's TUN device.
 pub const MTU: u32 = 1500;
@@ -61,8 +57,7 @@ pub struct Testbed {
     namespaces: Vec<String>,
     ns_files: Vec<Arc<File>>,
     shared: Arc<Shared>,
-    stop: Option<OwnedFd>,
-    forwarder: Option<JoinHandle<()>>,
+    forwarder: Option<Forwarder>,
 }
 
 /// Counters of one directed link.
@@ -98,22 +93,14 @@ pub struct TestbedStats {
 impl Testbed {
     /// Builds the namespaces and devices of `spec` and starts the forwarder.
     pub fn start(spec: TestbedSpec) -> io::Result<Testbed> {
-        netns::remove_stale();
+        netns::remove_stale(netns::PREFIX);
         let n = spec.n();
-        let shared = Arc::new(Shared {
-            n,
-            links: (0..n * n).map(|_| LinkCtl::default()).collect(),
-            unroutable: AtomicU64::new(0),
-            max_packet: AtomicU64::new(0),
-            max_late_ns: AtomicU64::new(0),
-            late_over_1ms: AtomicU64::new(0),
-        });
+        let shared = Arc::new(Shared::new(n));
         let mut tb = Testbed {
             spec,
             namespaces: Vec::new(),
             ns_files: Vec::new(),
             shared,
-            stop: None,
             forwarder: None,
         };
         for from in 0..n {
@@ -156,14 +143,12 @@ impl Testbed {
                 r => r?,
             }
         }
-        let (stop_rx, stop_tx) = eventfd()?;
-        let shared = tb.shared.clone();
-        tb.forwarder = Some(
-            std::thread::Builder::new()
-                .name("vcdn-testbed-fwd".into())
-                .spawn(move || forwarder::run(shared, tuns, addrs, stop_rx))?,
-        );
-        tb.stop = Some(stop_tx);
+        tb.forwarder = Some(Forwarder::spawn(
+            "vcdn-testbed-fwd",
+            tb.shared.clone(),
+            tuns,
+            ByAddress(addrs),
+        )?);
         Ok(tb)
     }
 
@@ -193,12 +178,7 @@ impl Testbed {
     /// callers that want a clean stop earlier stop their children.
     pub fn command(&self, node: &str, program: impl AsRef<std::ffi::OsStr>) -> io::Result<Command> {
         let ns = self.ns_files[self.spec.need(node)?].clone();
-        let mut cmd = Command::new(program);
-        // SAFETY: the closure only calls setns(2), which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || netns::enter(&ns));
-        }
-        Ok(cmd)
+        Ok(netns::command(ns, None, program))
     }
 
     /// Runs `f` on a thread inside `node`'s namespace and returns what it
@@ -209,14 +189,7 @@ impl Testbed {
     }
 
     fn run_in_index<T: Send>(&self, i: usize, f: impl FnOnce() -> T + Send) -> io::Result<T> {
-        let ns = &self.ns_files[i];
-        std::thread::scope(|s| {
-            let h = s.spawn(move || -> io::Result<T> {
-                netns::enter(ns)?;
-                Ok(f())
-            });
-            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
-        })
+        netns::run_in(&self.ns_files[i], f)
     }
 
     /// Sets the round trip between `a` and `b` while running (one-way
@@ -256,7 +229,7 @@ impl Testbed {
             links,
             unroutable: self.shared.unroutable.load(Relaxed),
             max_packet: self.shared.max_packet.load(Relaxed),
-            max_late: Duration::from_nanos(self.shared.max_late_ns.load(Relaxed)),
+            max_late: self.shared.max_late(),
             late_over_1ms: self.shared.late_over_1ms.load(Relaxed),
         }
     }
@@ -274,38 +247,26 @@ impl Testbed {
 
     /// Copies link `i → j` of the spec into the forwarder's settings.
     fn apply(&self, i: usize, j: usize) {
-        let c = &self.shared.links[i * self.spec.n() + j];
-        c.delay_ns
-            .store(self.spec.delay(i, j).as_nanos() as u64, Relaxed);
-        c.rate_bps
-            .store(self.spec.rate_bps(i, j).unwrap_or(0), Relaxed);
-        c.queue_bytes
-            .store(self.spec.queue_bytes(i, j).unwrap_or(u64::MAX), Relaxed);
+        self.shared.set(
+            i,
+            j,
+            self.spec.delay(i, j),
+            self.spec.rate_bps(i, j),
+            self.spec.queue_bytes(i, j).unwrap_or(u64::MAX),
+        );
     }
 
     /// Test bed namespaces of every process that exist now (to check that
     /// teardown left none).
     pub fn existing_namespaces() -> Vec<String> {
-        netns::list()
+        netns::list(netns::PREFIX)
     }
 }
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let one = 1u64.to_ne_bytes();
-            // SAFETY: writing 8 bytes to an open eventfd.
-            unsafe {
-                libc::write(
-                    std::os::fd::AsRawFd::as_raw_fd(&stop),
-                    one.as_ptr().cast(),
-                    8,
-                )
-            };
-            if let Some(h) = self.forwarder.take() {
-                let _ = h.join();
-            }
-        }
+        // First the forwarder: the TUN devices close with it.
+        drop(self.forwarder.take());
         self.ns_files.clear();
         for ns in self.namespaces.drain(..) {
             if let Err(e) = netns::delete(&ns) {
@@ -350,20 +311,37 @@ fn allow_cubic() -> io::Result<()> {
     std::fs::write(path, format!("{} cubic", now.trim()))
 }
 
-/// An eventfd as (reader, writer) — two descriptors of the same counter.
-fn eventfd() -> io::Result<(OwnedFd, OwnedFd)> {
-    // SAFETY: eventfd(2) and dup(2) return new descriptors we own.
-    unsafe {
-        let fd = libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let dup = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
-        if dup < 0 {
-            let e = io::Error::last_os_error();
-            libc::close(fd);
-            return Err(e);
-        }
-        Ok((OwnedFd::from_raw_fd(fd), OwnedFd::from_raw_fd(dup)))
+/// Routes an IP packet to the node that has its destination address.
+struct ByAddress(HashMap<u32, usize>);
+
+impl Router for ByAddress {
+    fn route(&mut self, _from: usize, pkt: &[u8], to: &mut Vec<usize>) {
+        to.extend(destination(pkt, &self.0));
+    }
+}
+
+/// The node an IPv4 packet is addressed to.
+fn destination(pkt: &[u8], addrs: &HashMap<u32, usize>) -> Option<usize> {
+    if pkt.len() < 20 || pkt[0] >> 4 != 4 {
+        return None;
+    }
+    let dst = u32::from_be_bytes([pkt[16], pkt[17], pkt[18], pkt[19]]);
+    addrs.get(&dst).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destination_reads_the_ipv4_header() {
+        let mut pkt = [0u8; 20];
+        pkt[0] = 0x45;
+        pkt[16..20].copy_from_slice(&[10, 77, 0, 2]);
+        let addrs = HashMap::from([(u32::from_be_bytes([10, 77, 0, 2]), 1usize)]);
+        assert_eq!(destination(&pkt, &addrs), Some(1));
+        pkt[0] = 0x60;
+        assert_eq!(destination(&pkt, &addrs), None);
+        assert_eq!(destination(&pkt[..10], &addrs), None);
     }
 }

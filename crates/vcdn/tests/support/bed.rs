@@ -1,12 +1,12 @@
-//! `vcdn` processes inside the nodes of the packet-level test bed
-//! (`vcdn_netem::testbed`).
+//! `vcdn` processes inside the nodes of a namespace test bed
+//! (`vcdn_netem::testbed` or `vcdn_netem::lan`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use vcdn_netem::testbed::Testbed;
+use vcdn_netem::Bed;
 
 /// A process in a node, killed when dropped (the bed also kills whatever
 /// is left in its namespaces when it is dropped).
@@ -21,9 +21,9 @@ impl Drop for InNode {
 
 /// Starts `vcdn ARGS` in `node` and waits for the line that says where it
 /// listens.
-pub fn start_in(tb: &Testbed, node: &str, args: &[String]) -> InNode {
+pub fn start_in(tb: &impl Bed, node: &str, args: &[String]) -> InNode {
     let mut child = tb
-        .command(node, env!("CARGO_BIN_EXE_vcdn"))
+        .command(node, env!("CARGO_BIN_EXE_vcdn").as_ref())
         .unwrap()
         .args(args)
         .env("VCDN_LOG", "warn")

@@ -1,6 +1,8 @@
-//! The forwarder: one thread that reads IP packets from every node's TUN
-//! device and writes each to its destination node's TUN after the link's
-//! one-way delay, behind the link's rate limit and drop-tail queue.
+//! The forwarder shared by the packet-level test beds: one thread that
+//! reads packets (IP packets from TUN devices, [`crate::testbed`]) or
+//! frames (Ethernet frames from TAP devices, [`crate::lan`]) from every
+//! device and writes each to the device(s) its router names after the
+//! link's one-way delay, behind the link's rate limit and drop-tail queue.
 //!
 //! Every link is a store-and-forward bottleneck: a packet starts
 //! serialising when the link is free (`busy_until`), takes `len × 8 / rate`
@@ -8,16 +10,17 @@
 //! be serialised are the queue; a packet that would not fit is dropped
 //! (drop tail). Released packets wait in one timer heap ordered by arrival
 //! time; the thread sleeps in `ppoll` until the earliest arrival or a
-//! readable TUN, with nanosecond timeouts and, when allowed, real-time
+//! readable device, with nanosecond timeouts and, when allowed, real-time
 //! priority so that a busy machine does not make it late.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Bytes the delay lines of all links may hold together; beyond it packets
@@ -41,20 +44,115 @@ pub(crate) struct LinkCtl {
     pub drops: AtomicU64,
 }
 
-/// What the forwarder shares with the [`super::Testbed`].
+/// What the forwarder shares with the test bed that started it.
 pub(crate) struct Shared {
+    /// The number of devices.
     pub n: usize,
     /// Link i → j at `i * n + j`.
     pub links: Vec<LinkCtl>,
-    /// Packets with no node to go to (not IPv4, unknown destination).
+    /// Packets the router found no device for (not IPv4, unknown
+    /// destination).
     pub unroutable: AtomicU64,
-    /// The largest packet read from a TUN (≤ MTU unless the kernel handed
-    /// segmentation offload to the device).
+    /// The largest packet read from a device (≤ MTU, plus the Ethernet
+    /// header on a TAP, unless the kernel handed segmentation offload to
+    /// the device).
     pub max_packet: AtomicU64,
     /// How late the forwarder released packets: the worst, in ns, and how
     /// many were more than 1 ms late.
     pub max_late_ns: AtomicU64,
     pub late_over_1ms: AtomicU64,
+}
+
+impl Shared {
+    /// `n` devices, every link unlimited with no delay.
+    pub fn new(n: usize) -> Shared {
+        Shared {
+            n,
+            links: (0..n * n).map(|_| LinkCtl::default()).collect(),
+            unroutable: AtomicU64::new(0),
+            max_packet: AtomicU64::new(0),
+            max_late_ns: AtomicU64::new(0),
+            late_over_1ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Sets link `from → to`: one-way delay, rate (`None`: unlimited) and
+    /// drop-tail queue in bytes (only with a rate).
+    pub fn set(&self, from: usize, to: usize, delay: Duration, rate: Option<u64>, queue: u64) {
+        let c = &self.links[from * self.n + to];
+        c.delay_ns.store(delay.as_nanos() as u64, Relaxed);
+        c.rate_bps.store(rate.unwrap_or(0), Relaxed);
+        c.queue_bytes.store(queue, Relaxed);
+    }
+
+    /// The largest lateness so far.
+    pub fn max_late(&self) -> Duration {
+        Duration::from_nanos(self.max_late_ns.load(Relaxed))
+    }
+}
+
+/// Where a packet read from device `from` goes: the router pushes the
+/// indices of the devices to `to` (none: unroutable; `from` itself is
+/// ignored). Runs on the forwarder thread, for every packet.
+pub(crate) trait Router: Send + 'static {
+    fn route(&mut self, from: usize, pkt: &[u8], to: &mut Vec<usize>);
+}
+
+/// A forwarder running on a thread of its own; dropping it stops the
+/// thread and closes the devices (a TUN or TAP device vanishes with its
+/// last descriptor).
+pub(crate) struct Forwarder {
+    stop: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Forwarder {
+    /// Starts forwarding between `devices` (index i is device i of
+    /// `shared`), routed by `router`.
+    pub fn spawn(
+        name: &str,
+        shared: Arc<Shared>,
+        devices: Vec<OwnedFd>,
+        router: impl Router,
+    ) -> io::Result<Forwarder> {
+        let (stop_rx, stop) = eventfd()?;
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || run(shared, devices, router, stop_rx))?;
+        Ok(Forwarder {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writing 8 bytes to an open eventfd.
+        unsafe { libc::write(self.stop.as_raw_fd(), one.as_ptr().cast(), 8) };
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// An eventfd as (reader, writer) — two descriptors of the same counter.
+fn eventfd() -> io::Result<(OwnedFd, OwnedFd)> {
+    // SAFETY: eventfd(2) and fcntl(2) return new descriptors we own.
+    unsafe {
+        let fd = libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let dup = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0);
+        if dup < 0 {
+            let e = io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        Ok((OwnedFd::from_raw_fd(fd), OwnedFd::from_raw_fd(dup)))
+    }
 }
 
 /// A packet on its way: due at its destination at `due`.
@@ -92,14 +190,8 @@ struct LinkClock {
     last_due: Instant,
 }
 
-/// Runs until `stop` (an eventfd) becomes readable. `tuns[i]` is node i's
-/// device, `addrs` maps an IPv4 address (as u32) to its node.
-pub(crate) fn run(
-    shared: Arc<Shared>,
-    tuns: Vec<OwnedFd>,
-    addrs: HashMap<u32, usize>,
-    stop: OwnedFd,
-) {
+/// Runs until `stop` (an eventfd) becomes readable.
+fn run(shared: Arc<Shared>, tuns: Vec<OwnedFd>, mut router: impl Router, stop: OwnedFd) {
     realtime();
     let n = shared.n;
     let start = Instant::now();
@@ -114,6 +206,7 @@ pub(crate) fn run(
     let mut in_flight = 0usize;
     let mut seq = 0u64;
     let mut buf = vec![0u8; 65536];
+    let mut to_all = Vec::new();
     let mut fds: Vec<libc::pollfd> = tuns
         .iter()
         .chain(std::iter::once(&stop))
@@ -170,30 +263,35 @@ pub(crate) fn run(
                     }
                     let pkt = &buf[..len as usize];
                     shared.max_packet.fetch_max(pkt.len() as u64, Relaxed);
-                    let Some(to) = destination(pkt, &addrs).filter(|&to| to != from) else {
+                    to_all.clear();
+                    router.route(from, pkt, &mut to_all);
+                    to_all.retain(|&to| to != from && to < n);
+                    if to_all.is_empty() {
                         shared.unroutable.fetch_add(1, Relaxed);
                         continue;
-                    };
-                    let link = from * n + to;
-                    let ctl = &shared.links[link];
+                    }
                     let now = Instant::now();
-                    let Some(due) = admit(ctl, &mut clocks[link], now, pkt.len())
-                        .filter(|_| in_flight + pkt.len() <= MAX_IN_FLIGHT)
-                    else {
-                        ctl.drops.fetch_add(1, Relaxed);
-                        continue;
-                    };
-                    ctl.packets.fetch_add(1, Relaxed);
-                    ctl.bytes.fetch_add(pkt.len() as u64, Relaxed);
-                    in_flight += pkt.len();
-                    seq += 1;
-                    heap.push(Reverse(Pending {
-                        due,
-                        seq,
-                        link,
-                        to,
-                        data: pkt.to_vec(),
-                    }));
+                    for &to in &to_all {
+                        let link = from * n + to;
+                        let ctl = &shared.links[link];
+                        let Some(due) = admit(ctl, &mut clocks[link], now, pkt.len())
+                            .filter(|_| in_flight + pkt.len() <= MAX_IN_FLIGHT)
+                        else {
+                            ctl.drops.fetch_add(1, Relaxed);
+                            continue;
+                        };
+                        ctl.packets.fetch_add(1, Relaxed);
+                        ctl.bytes.fetch_add(pkt.len() as u64, Relaxed);
+                        in_flight += pkt.len();
+                        seq += 1;
+                        heap.push(Reverse(Pending {
+                            due,
+                            seq,
+                            link,
+                            to,
+                            data: pkt.to_vec(),
+                        }));
+                    }
                 }
             }
         }
@@ -218,15 +316,6 @@ pub(crate) fn run(
             }
         }
     }
-}
-
-/// The node an IPv4 packet is addressed to.
-fn destination(pkt: &[u8], addrs: &HashMap<u32, usize>) -> Option<usize> {
-    if pkt.len() < 20 || pkt[0] >> 4 != 4 {
-        return None;
-    }
-    let dst = u32::from_be_bytes([pkt[16], pkt[17], pkt[18], pkt[19]]);
-    addrs.get(&dst).copied()
 }
 
 /// Puts a packet of `len` bytes on a link at `now`: when it arrives, or
@@ -324,17 +413,5 @@ mod tests {
         c.delay_ns.store(1_000_000, Relaxed);
         let second = admit(&c, &mut clk, t0 + Duration::from_millis(1), 100).unwrap();
         assert!(second >= first);
-    }
-
-    #[test]
-    fn destination_reads_the_ipv4_header() {
-        let mut pkt = [0u8; 20];
-        pkt[0] = 0x45;
-        pkt[16..20].copy_from_slice(&[10, 77, 0, 2]);
-        let addrs = HashMap::from([(u32::from_be_bytes([10, 77, 0, 2]), 1usize)]);
-        assert_eq!(destination(&pkt, &addrs), Some(1));
-        pkt[0] = 0x60;
-        assert_eq!(destination(&pkt, &addrs), None);
-        assert_eq!(destination(&pkt[..10], &addrs), None);
     }
 }
