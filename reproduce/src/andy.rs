@@ -15,7 +15,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const MESSAGE_BYTES: usize = 85;
 
 fn now_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
 
 /// Message `id` stamped now, exactly [`MESSAGE_BYTES`] long, newline-ended:
@@ -37,7 +40,9 @@ pub fn parse(m: &[u8]) -> Option<(u64, u64)> {
     let num = |key: &str| -> Option<u64> {
         let at = s.find(key)? + key.len();
         let rest = &s[at..];
-        let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         rest[..end].parse().ok()
     };
     Some((num("id=")?, num("sentat=")?))
@@ -73,13 +78,19 @@ pub struct Sent {
 
 /// Sends `count` messages (or until `limit`), at `rate` bytes/s (`None`:
 /// as fast as possible), paced in 1 ms slots. Ids start at 0.
-pub fn generate(sink: &mut Sink, rate: Option<u64>, count: u64, limit: Duration) -> io::Result<Sent> {
+pub fn generate(
+    sink: &mut Sink,
+    rate: Option<u64>,
+    count: u64,
+    limit: Duration,
+) -> io::Result<Sent> {
     let t0 = Instant::now();
     let mut id = 0u64;
     let mut batch = Vec::with_capacity(64 * 1024);
     while id < count && t0.elapsed() < limit {
         let due = match rate {
-            Some(r) => ((t0.elapsed().as_secs_f64() * r as f64) as u64 / MESSAGE_BYTES as u64 + 1).min(count),
+            Some(r) => ((t0.elapsed().as_secs_f64() * r as f64) as u64 / MESSAGE_BYTES as u64 + 1)
+                .min(count),
             None => (id + 256).min(count),
         };
         if due <= id {
@@ -108,7 +119,10 @@ pub fn generate(sink: &mut Sink, rate: Option<u64>, count: u64, limit: Duration)
             s.write_all(&batch)?;
         }
     }
-    Ok(Sent { messages: id, elapsed: t0.elapsed() })
+    Ok(Sent {
+        messages: id,
+        elapsed: t0.elapsed(),
+    })
 }
 
 /// What the receiver saw.
@@ -126,7 +140,12 @@ pub struct Received {
 
 /// Receives on `sock` until `idle` passes without a message, or `limit`.
 /// `expect` bounds the ids tracked (larger ids are counted malformed).
-pub fn receive(sock: &UdpSocket, expect: u64, idle: Duration, limit: Duration) -> io::Result<Received> {
+pub fn receive(
+    sock: &UdpSocket,
+    expect: u64,
+    idle: Duration,
+    limit: Duration,
+) -> io::Result<Received> {
     sock.set_read_timeout(Some(Duration::from_millis(20)))?;
     let mut seen = vec![0u64; (expect as usize).div_ceil(64)];
     let mut r = Received::default();
@@ -136,7 +155,12 @@ pub fn receive(sock: &UdpSocket, expect: u64, idle: Duration, limit: Duration) -
     while t0.elapsed() < limit {
         let n = match sock.recv_from(&mut buf) {
             Ok((n, _)) => n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 if r.first.is_some() && last_any.elapsed() > idle {
                     break;
                 }
@@ -192,12 +216,22 @@ pub struct Stats {
 
 impl Received {
     pub fn stats(&self, sent: u64) -> Stats {
-        let mut l: Vec<f64> = self.latencies_us.iter().map(|u| *u as f64 / 1000.0).collect();
+        let mut l: Vec<f64> = self
+            .latencies_us
+            .iter()
+            .map(|u| *u as f64 / 1000.0)
+            .collect();
         l.sort_by(|a, b| a.total_cmp(b));
         let n = l.len().max(1) as f64;
         let mean = l.iter().sum::<f64>() / n;
         let var = l.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
-        let q = |p: f64| if l.is_empty() { 0.0 } else { l[((l.len() - 1) as f64 * p).round() as usize] };
+        let q = |p: f64| {
+            if l.is_empty() {
+                0.0
+            } else {
+                l[((l.len() - 1) as f64 * p).round() as usize]
+            }
+        };
         let span = match (self.first, self.last) {
             (Some(a), Some(b)) if b > a => (b - a).as_secs_f64(),
             _ => 0.0,
@@ -210,7 +244,11 @@ impl Received {
             std_ms: var.sqrt(),
             lost: sent.saturating_sub(self.unique),
             duplicates: self.duplicates,
-            throughput_mbit: if span > 0.0 { self.bytes as f64 * 8.0 / span / 1e6 } else { 0.0 },
+            throughput_mbit: if span > 0.0 {
+                self.bytes as f64 * 8.0 / span / 1e6
+            } else {
+                0.0
+            },
         }
     }
 }
@@ -232,12 +270,24 @@ mod tests {
     fn a_paced_run_over_loopback_udp_counts_loss_and_latency() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let to = rx.local_addr().unwrap();
-        let h = std::thread::spawn(move || receive(&rx, 1000, Duration::from_millis(300), Duration::from_secs(10)).unwrap());
+        let h = std::thread::spawn(move || {
+            receive(
+                &rx,
+                1000,
+                Duration::from_millis(300),
+                Duration::from_secs(10),
+            )
+            .unwrap()
+        });
         let mut s = Sink::udp(to).unwrap();
         // 256 KiB/s for 1000 messages: ~0.33 s.
         let sent = generate(&mut s, Some(256 * 1024), 1000, Duration::from_secs(5)).unwrap();
         assert_eq!(sent.messages, 1000);
-        assert!(sent.elapsed > Duration::from_millis(250) && sent.elapsed < Duration::from_secs(2), "{:?}", sent.elapsed);
+        assert!(
+            sent.elapsed > Duration::from_millis(250) && sent.elapsed < Duration::from_secs(2),
+            "{:?}",
+            sent.elapsed
+        );
         let r = h.join().unwrap();
         let st = r.stats(sent.messages);
         assert_eq!(st.lost, 0);

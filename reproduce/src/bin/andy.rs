@@ -1,0 +1,530 @@
+//! Re-makes the ANDy thesis's evaluation (seed 004, chapter 5, Tables
+//! 5.1–5.9) with vcdn's telemetry agent, on the layer-2 test bed
+//! (`vcdn_netem::lan`): one network namespace per VM, bridges for the
+//! clouds, a user-space link for the multi-cloud VPN, a CPU quota per VM
+//! flavor. Needs root.
+//!
+//! ```text
+//! sudo target/release/andy --vcdn target/release/vcdn [--seconds 10] [--out reproduce/andy]
+//!     [--modes direct,p2p,datasink-1,...] [--clouds single,multi] [--rates 256,512,1024,2048]
+//! ```
+//! Markdown on stdout, progress on stderr, raw CSV in `--out`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use vcdn_netem::lan::{Flavor, Lan, LanSpec, LinkSpec};
+use vcdn_reproduce::andy::{self, Sink, Stats};
+
+const USAGE: &str = "usage: andy --vcdn PATH [--seconds N] [--out DIR] [--modes LIST] [--clouds LIST] [--rates LIST]
+  --vcdn PATH     the vcdn binary (a release build)
+  --seconds N     length of each latency run (default 10)
+  --out DIR       where the raw CSV goes (default reproduce/andy)
+  --modes LIST    direct,p2p (default both)
+  --clouds LIST   single,multi (default both)
+  --rates LIST    KiB/s of the latency runs (default 256,512,1024,2048)";
+
+/// The multi-cloud link: the thesis's direct UDP across its VPN showed a
+/// 2 ms median one-way latency and 58.3 Mbit/s (Tables 5.1, 5.7).
+const MULTI_DELAY: Duration = Duration::from_millis(2);
+const MULTI_RATE_BPS: u64 = 58_000_000;
+const TOPIC: &str = "metrics";
+const APP_PORT: u16 = 8086; // InfluxDB's UDP port in the thesis
+const INGEST_PORT: u16 = 2003;
+const METRICS_PORT: u16 = 9100;
+
+struct Args {
+    vcdn: PathBuf,
+    seconds: u64,
+    out: PathBuf,
+    modes: Vec<String>,
+    clouds: Vec<String>,
+    rates: Vec<u64>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        vcdn: PathBuf::new(),
+        seconds: 10,
+        out: PathBuf::from("reproduce/andy"),
+        modes: vec!["direct".into(), "p2p".into()],
+        clouds: vec!["single".into(), "multi".into()],
+        rates: vec![256, 512, 1024, 2048],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().ok_or_else(|| format!("{k} needs a value"));
+        match k.as_str() {
+            "--vcdn" => a.vcdn = v()?.into(),
+            "--seconds" => a.seconds = v()?.parse().map_err(|_| "--seconds N")?,
+            "--out" => a.out = v()?.into(),
+            "--modes" => a.modes = v()?.split(',').map(str::to_string).collect(),
+            "--clouds" => a.clouds = v()?.split(',').map(str::to_string).collect(),
+            "--rates" => {
+                a.rates = v()?
+                    .split(',')
+                    .map(|r| r.parse().map_err(|_| "--rates N,N"))
+                    .collect::<Result<_, _>>()?
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
+            _ => return Err(format!("unknown argument {k}\n{USAGE}")),
+        }
+    }
+    if a.vcdn.as_os_str().is_empty() {
+        return Err(USAGE.into());
+    }
+    Ok(a)
+}
+
+/// A process in a node, killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One test bed: producer, consumer and the authority nodes, in one cloud
+/// or across two.
+struct Bed {
+    lan: Lan,
+    vcdn: PathBuf,
+    keys: PathBuf,
+    member: PathBuf,
+}
+
+impl Bed {
+    fn start(vcdn: &PathBuf, multi: bool, authorities: &[(&str, Flavor)]) -> Result<Bed, String> {
+        let (a, b) = ("cloud-1", "cloud-2");
+        let mut spec =
+            LanSpec::new(if multi { vec![a, b] } else { vec![a] }).map_err(|e| e.to_string())?;
+        if multi {
+            spec = spec.link(LinkSpec::delay(MULTI_DELAY).with_rate_bps(MULTI_RATE_BPS));
+        }
+        let other = if multi { b } else { a };
+        // Producer m1.medium, consumer m1.xlarge (§4.3.1); the consumer
+        // and the authorities in the other cloud when there are two.
+        spec = spec
+            .node("producer", a)
+            .and_then(|s| s.flavor("producer", Flavor::M1Medium))
+            .and_then(|s| s.node("consumer", other))
+            .and_then(|s| s.flavor("consumer", Flavor::M1Xlarge))
+            .map_err(|e| e.to_string())?;
+        for (name, flavor) in authorities {
+            spec = spec
+                .node(name, other)
+                .and_then(|s| s.flavor(name, *flavor))
+                .map_err(|e| e.to_string())?;
+        }
+        let lan =
+            Lan::start(spec).map_err(|e| format!("the test bed does not start (root?): {e}"))?;
+        let dir = std::env::temp_dir().join(format!("andy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let (keys, member) = (dir.join("keys.json"), dir.join("member.json"));
+        vcdn_telemetry_keys(vcdn, &keys, &member)?;
+        Ok(Bed {
+            lan,
+            vcdn: vcdn.clone(),
+            keys,
+            member,
+        })
+    }
+
+    /// Starts `vcdn agent` in `node`.
+    fn agent(&self, node: &str, args: &[&str]) -> Result<Proc, String> {
+        let authority = args
+            .windows(2)
+            .any(|w| w[0] == "--role" && matches!(w[1], "tracker" | "datasink"));
+        let keys = if authority { &self.keys } else { &self.member };
+        let mut cmd = self
+            .lan
+            .command(node, &self.vcdn)
+            .map_err(|e| e.to_string())?;
+        cmd.arg("agent")
+            .args(["--node", node])
+            .args(args)
+            .arg("--keys")
+            .arg(keys)
+            .args([
+                "--broadcast",
+                &self.lan.broadcast().to_string(),
+                "--allow",
+                "10.78.0.0/16",
+            ])
+            .args(["--metrics-listen", &format!("127.0.0.1:{METRICS_PORT}")])
+            .env("VCDN_LOG", "warn")
+            .stdout(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("vcdn agent in {node}: {e}"))?;
+        // Wait for the line that says where it listens.
+        let out = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        BufReader::new(out)
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        if !line.contains("vcdn agent") {
+            let _ = child.kill();
+            return Err(format!("vcdn agent in {node} did not start: {line}"));
+        }
+        Ok(Proc(child))
+    }
+
+    /// Reads a counter from an agent's /metrics.
+    fn metric(&self, node: &str, name: &str) -> f64 {
+        let text = self
+            .lan
+            .run_in(node, || -> std::io::Result<String> {
+                let mut s = TcpStream::connect(("127.0.0.1", METRICS_PORT))?;
+                s.set_read_timeout(Some(Duration::from_secs(2)))?;
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")?;
+                let mut t = String::new();
+                s.read_to_string(&mut t)?;
+                Ok(t)
+            })
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn consumer_addr(&self) -> SocketAddr {
+        SocketAddr::from((self.lan.addr("consumer").expect("node"), APP_PORT))
+    }
+}
+
+fn vcdn_telemetry_keys(vcdn: &PathBuf, keys: &PathBuf, member: &PathBuf) -> Result<(), String> {
+    let st = std::process::Command::new(vcdn)
+        .args(["telemetry", "keys", "--out"])
+        .arg(keys)
+        .arg("--member-out")
+        .arg(member)
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("{}: {e}", vcdn.display()))?;
+    st.success()
+        .then_some(())
+        .ok_or_else(|| "vcdn telemetry keys failed".into())
+}
+
+/// One measured run: the receiver in the consumer's namespace, the
+/// generator in the producer's.
+fn run(
+    bed: &Bed,
+    tcp_to_agent: bool,
+    rate: Option<u64>,
+    seconds: u64,
+) -> Result<(andy::Sent, Stats), String> {
+    let max = rate.map_or(u64::MAX / 2, |r| {
+        r * seconds / andy::MESSAGE_BYTES as u64 + 1
+    });
+    let expect = max.min(200_000_000);
+    let limit = Duration::from_secs(seconds);
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            bed.lan.run_in("consumer", || {
+                let sock = UdpSocket::bind(("0.0.0.0", APP_PORT)).map_err(|e| e.to_string())?;
+                let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(8 << 20);
+                andy::receive(
+                    &sock,
+                    expect,
+                    Duration::from_secs(2),
+                    limit + Duration::from_secs(30),
+                )
+                .map_err(|e| e.to_string())
+            })
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let to = bed.consumer_addr();
+        let sent = bed
+            .lan
+            .run_in("producer", || {
+                let mut sink = if tcp_to_agent {
+                    Sink::tcp(SocketAddr::from(([127, 0, 0, 1], INGEST_PORT)))
+                } else {
+                    Sink::udp(to)
+                }
+                .map_err(|e| e.to_string())?;
+                andy::generate(&mut sink, rate, expect, limit).map_err(|e| e.to_string())
+            })
+            .map_err(|e| e.to_string())??;
+        let got = rx
+            .join()
+            .map_err(|_| "receiver panicked")?
+            .map_err(|e| e.to_string())??;
+        Ok((sent, got.stats(sent.messages)))
+    })
+}
+
+/// Time from starting a producer's agent to the first datum delivered
+/// (authority and consumer already running and warm).
+fn discovery(bed: &Bed, producer_args: &[&str]) -> Result<(Proc, Duration), String> {
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel::<Instant>();
+        let h = s.spawn(move || {
+            bed.lan.run_in("consumer", || {
+                let sock = UdpSocket::bind(("0.0.0.0", APP_PORT)).ok()?;
+                sock.set_read_timeout(Some(Duration::from_secs(15))).ok()?;
+                let mut b = [0u8; 200];
+                sock.recv_from(&mut b).ok()?;
+                let _ = tx.send(Instant::now());
+                Some(())
+            })
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        let p = bed.agent("producer", producer_args)?;
+        // Probe every millisecond until one arrives.
+        let got = bed
+            .lan
+            .run_in("producer", move || {
+                let mut sink = loop {
+                    if let Ok(s) = Sink::tcp(SocketAddr::from(([127, 0, 0, 1], INGEST_PORT))) {
+                        break s;
+                    }
+                    if t0.elapsed() > Duration::from_secs(15) {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                let mut id = 0;
+                while t0.elapsed() < Duration::from_secs(15) {
+                    if let Ok(at) = rx.try_recv() {
+                        return Some(at);
+                    }
+                    if let Sink::Tcp(t) = &mut sink {
+                        let _ = t.write_all(&andy::message(id, 0));
+                    }
+                    id += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                None
+            })
+            .map_err(|e| e.to_string())?;
+        let _ = h.join();
+        let at = got.ok_or("no datum arrived within 15 s")?;
+        Ok((p, at - t0))
+    })
+}
+
+#[derive(Default)]
+struct Report {
+    latency: BTreeMap<(String, String, u64), Stats>,
+    throughput: BTreeMap<(String, String), f64>,
+    discovery: BTreeMap<(String, String), Duration>,
+    gap: BTreeMap<(String, String), Duration>,
+    control: BTreeMap<(String, String), f64>,
+}
+
+fn p2p_bed(a: &Args, multi: bool) -> Result<(Bed, Vec<Proc>), String> {
+    let bed = Bed::start(
+        &a.vcdn,
+        multi,
+        &[
+            ("tracker", Flavor::M1Medium),
+            ("tracker-2", Flavor::M1Medium),
+        ],
+    )?;
+    let t = bed.agent("tracker", &["--role", "tracker"])?;
+    let port = APP_PORT.to_string();
+    let c = bed.agent(
+        "consumer",
+        &[
+            "--role",
+            "p2p-consumer",
+            "--subscribe",
+            &format!("{TOPIC}={port}"),
+        ],
+    )?;
+    // The tracker's warm-up (2.25 s), so that discovery is measured as a
+    // producer joining a running system.
+    std::thread::sleep(Duration::from_millis(2600));
+    Ok((bed, vec![t, c]))
+}
+
+fn p2p_producer_args() -> Vec<String> {
+    vec![
+        "--role".into(),
+        "p2p-producer".into(),
+        "--ingest".into(),
+        format!("{INGEST_PORT}={TOPIC}/tcp"),
+    ]
+}
+
+fn measure(a: &Args, report: &mut Report) -> Result<(), String> {
+    for cloud in &a.clouds {
+        let multi = cloud == "multi";
+        for mode in &a.modes {
+            eprintln!("== {mode}, {cloud} cloud");
+            let key = (mode.clone(), cloud.clone());
+            match mode.as_str() {
+                "direct" => {
+                    let bed = Bed::start(&a.vcdn, multi, &[])?;
+                    // ARP and the first packet across the link.
+                    let _ = run(&bed, false, Some(64 * 1024), 1);
+                    for r in &a.rates {
+                        let (_, st) = run(&bed, false, Some(r * 1024), a.seconds)?;
+                        eprintln!("   {r} KiB/s: {st:?}");
+                        report.latency.insert((mode.clone(), cloud.clone(), *r), st);
+                    }
+                    let (_, st) = run(&bed, false, None, a.seconds)?;
+                    eprintln!("   unthrottled: {:.1} Mbit/s", st.throughput_mbit);
+                    report.throughput.insert(key, st.throughput_mbit);
+                }
+                "p2p" => {
+                    let (bed, mut procs) = p2p_bed(a, multi)?;
+                    let args = p2p_producer_args();
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let (p, took) = discovery(&bed, &args)?;
+                    eprintln!("   discovery: {took:?}");
+                    report.discovery.insert(key.clone(), took);
+                    procs.push(p);
+                    std::thread::sleep(Duration::from_millis(500));
+                    let c0: f64 = ["producer", "consumer", "tracker"]
+                        .iter()
+                        .map(|n| bed.metric(n, "vcdn_telemetry_control_bytes_sent_total"))
+                        .sum();
+                    let t0 = Instant::now();
+                    for r in &a.rates {
+                        let (_, st) = run(&bed, true, Some(r * 1024), a.seconds)?;
+                        eprintln!("   {r} KiB/s: {st:?}");
+                        report.latency.insert((mode.clone(), cloud.clone(), *r), st);
+                    }
+                    let (_, st) = run(&bed, true, None, a.seconds)?;
+                    eprintln!("   unthrottled: {:.1} Mbit/s", st.throughput_mbit);
+                    report.throughput.insert(key.clone(), st.throughput_mbit);
+                    let c1: f64 = ["producer", "consumer", "tracker"]
+                        .iter()
+                        .map(|n| bed.metric(n, "vcdn_telemetry_control_bytes_sent_total"))
+                        .sum();
+                    report
+                        .control
+                        .insert(key.clone(), (c1 - c0) / 3.0 / t0.elapsed().as_secs_f64());
+                    // Reconfiguration: 1 datum/ms, the tracker killed, a new
+                    // one on another node.
+                    let gap =
+                        respawn_gap(&bed, &mut procs[0], "tracker-2", &["--role", "tracker"])?;
+                    eprintln!("   tracker respawn: largest gap {gap:?}");
+                    report.gap.insert(key, gap);
+                }
+                m => return Err(format!("unknown mode {m}")),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sends 1 datum/ms for 8 s; after 2 s kills `old` and starts an authority
+/// on `new_node`. Returns the largest inter-arrival gap.
+fn respawn_gap(
+    bed: &Bed,
+    old: &mut Proc,
+    new_node: &str,
+    args: &[&str],
+) -> Result<Duration, String> {
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            bed.lan.run_in("consumer", || {
+                let sock = UdpSocket::bind(("0.0.0.0", APP_PORT)).ok()?;
+                sock.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+                let mut b = [0u8; 200];
+                let mut last: Option<Instant> = None;
+                let mut max = Duration::ZERO;
+                while sock.recv_from(&mut b).is_ok() {
+                    let now = Instant::now();
+                    if let Some(l) = last {
+                        max = max.max(now - l);
+                    }
+                    last = Some(now);
+                }
+                Some(max)
+            })
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let tx = s.spawn(|| {
+            bed.lan.run_in("producer", || {
+                let mut sink = Sink::tcp(SocketAddr::from(([127, 0, 0, 1], INGEST_PORT))).ok()?;
+                andy::generate(
+                    &mut sink,
+                    Some(1000 * andy::MESSAGE_BYTES as u64),
+                    8000,
+                    Duration::from_secs(8),
+                )
+                .ok()
+            })
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        let _ = old.0.kill();
+        let _ = old.0.wait();
+        std::thread::sleep(Duration::from_millis(300));
+        let new = bed.agent(new_node, args)?;
+        let _ = tx.join();
+        let gap = rx
+            .join()
+            .map_err(|_| "receiver panicked")?
+            .map_err(|e| e.to_string())?
+            .ok_or("no data")?;
+        *old = new;
+        Ok(gap)
+    })
+}
+
+fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    s.push_str("| mode | cloud | KiB/s | mean ms | p50 ms | p99 ms | max ms | std ms | lost | dup |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for ((m, c, rate), st) in &r.latency {
+        s.push_str(&format!(
+            "| {m} | {c} | {rate} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |\n",
+            st.mean_ms, st.p50_ms, st.p99_ms, st.max_ms, st.std_ms, st.lost, st.duplicates
+        ));
+    }
+    s.push_str("\n| mode | cloud | unthrottled Mbit/s | discovery ms | respawn gap ms | control B/s per node |\n|---|---|---:|---:|---:|---:|\n");
+    for (k, t) in &r.throughput {
+        let ms = |d: Option<&Duration>| {
+            d.map_or("–".to_string(), |d| {
+                format!("{:.0}", d.as_secs_f64() * 1000.0)
+            })
+        };
+        s.push_str(&format!(
+            "| {} | {} | {t:.1} | {} | {} | {} |\n",
+            k.0,
+            k.1,
+            ms(r.discovery.get(k)),
+            ms(r.gap.get(k)),
+            r.control.get(k).map_or("–".into(), |c| format!("{c:.0}"))
+        ));
+    }
+    s
+}
+
+fn main() -> ExitCode {
+    let a = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut report = Report::default();
+    let result = measure(&a, &mut report);
+    let md = markdown(&report);
+    println!("{md}");
+    let _ = std::fs::create_dir_all(&a.out);
+    let _ = std::fs::write(a.out.join("last-run.md"), &md);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("andy: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
