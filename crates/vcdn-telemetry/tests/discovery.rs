@@ -333,11 +333,14 @@ async fn a_consumer_that_leaves_with_bye_stops_receiving_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_deployments_agents_are_not_heard() {
     let s = Setup::new();
-    let _t = s.tracker("tracker").await;
+    let t = s.tracker("tracker").await;
     let mut other = Setup::new();
     other.port = s.port; // same port, other keys
     let c = other.consumer("supervisor", "edge.stats", 7).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // One beacon interval: the tracker's TRECONFIG reaches the consumer.
+    tokio::time::sleep(Duration::from_millis(2300)).await;
     assert!(!c.configured());
-    assert!(c.metrics().rejected(Reject::BadMac) + c.metrics().rejected(Reject::UnknownKey) > 0);
+    let dropped = |a: &Agent| a.metrics().rejected(Reject::BadMac) + a.metrics().rejected(Reject::UnknownKey);
+    assert!(dropped(&c) > 0, "the consumer dropped the tracker's beacons");
+    assert!(dropped(&t) > 0, "the tracker dropped the consumer's HELLOs");
 }
