@@ -340,7 +340,11 @@ async fn another_deployments_agents_are_not_heard() {
     // One beacon interval: the tracker's TRECONFIG reaches the consumer.
     tokio::time::sleep(Duration::from_millis(2300)).await;
     assert!(!c.configured());
-    let dropped = |a: &Agent| a.metrics().rejected(Reject::BadMac) + a.metrics().rejected(Reject::UnknownKey);
-    assert!(dropped(&c) > 0, "the consumer dropped the tracker's beacons");
+    let dropped =
+        |a: &Agent| a.metrics().rejected(Reject::BadMac) + a.metrics().rejected(Reject::UnknownKey);
+    assert!(
+        dropped(&c) > 0,
+        "the consumer dropped the tracker's beacons"
+    );
     assert!(dropped(&t) > 0, "the tracker dropped the consumer's HELLOs");
 }

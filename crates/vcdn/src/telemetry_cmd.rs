@@ -171,10 +171,10 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
         handler,
     ));
     println!(
-        "vcdn agent {node}: discovery on udp/{} (broadcast {}), unicast {}, metrics http://{metrics_at}/metrics",
+        "vcdn agent {node} listening on udp/{} for discovery (broadcast {}), unicast udp/{}, metrics http://{metrics_at}/metrics",
         a.discovery.discovery_port,
         a.discovery.broadcast,
-        agent.unicast_addr()
+        agent.unicast_addr().port()
     );
     for (i, at) in a.ingest.iter().zip(agent.ingest_addrs()) {
         println!("  ingest {} → topic {}", at, i.topic);
