@@ -75,7 +75,12 @@ impl Reject {
 /// the type needs one (the keyring must hold the private key then).
 pub fn seal(keys: &Keyring, msg: &Message) -> Vec<u8> {
     let body = serde_json::to_vec(msg).expect("messages serialise");
-    let signed = msg.body.needs_authority();
+    seal_raw(keys, &body, msg.body.needs_authority())
+}
+
+/// Frames `body` as it is (for [`seal`], and for fuzzing what lies behind
+/// the MAC). `signed` needs the authority's private key.
+pub fn seal_raw(keys: &Keyring, body: &[u8], signed: bool) -> Vec<u8> {
     let (mac_id, mac_key) = keys.current_mac();
     let mut out = Vec::with_capacity(MAC_AT + MAC_LEN + 4 + SIG_LEN + body.len());
     out.extend_from_slice(MAGIC);
@@ -91,10 +96,10 @@ pub fn seal(keys: &Keyring, msg: &Message) -> Vec<u8> {
         let mut signed_part = Vec::with_capacity(AUTH_CONTEXT.len() + 4 + body.len());
         signed_part.extend_from_slice(AUTH_CONTEXT);
         signed_part.extend_from_slice(&id.to_be_bytes());
-        signed_part.extend_from_slice(&body);
+        signed_part.extend_from_slice(body);
         out.extend_from_slice(pair.sign(&signed_part).as_ref());
     }
-    out.extend_from_slice(&body);
+    out.extend_from_slice(body);
     let tag = mac(mac_key, &out);
     out[MAC_AT..MAC_AT + MAC_LEN].copy_from_slice(tag.as_ref());
     out
