@@ -478,6 +478,178 @@ fn respawn_gap(
     })
 }
 
+/// The thesis's latency rows (Tables 5.1–5.6): mean ms, median ms, lost,
+/// duplicates, at 256, 512, 1024 and 2048 KiB/s. Its "Std" column of the
+/// datasink tables repeats the mean (an error), so it is left out.
+fn thesis_latency(mode: &str, cloud: &str, rate: u64) -> Option<(f64, f64, u64, u64)> {
+    type Row = [(f64, f64, u64, u64); 4];
+    let row: Row = match (mode, cloud) {
+        ("direct", "single") => [
+            (-0.04, 0.0, 1, 0),
+            (-0.17, 0.0, 0, 0),
+            (0.17, 0.0, 323, 0),
+            (-0.17, 0.0, 0, 0),
+        ],
+        ("direct", "multi") => [
+            (1.98, 2.0, 1, 0),
+            (1.95, 2.0, 23, 0),
+            (1.89, 2.0, 0, 0),
+            (2.38, 2.0, 0, 0),
+        ],
+        ("p2p", "single") => [
+            (-0.32, 0.0, 0, 0),
+            (1.56, 0.0, 0, 0),
+            (1.85, 0.0, 231, 0),
+            (-0.31, 0.0, 0, 0),
+        ],
+        ("p2p", "multi") => [
+            (2.37, 2.0, 98, 185),
+            (1.86, 2.0, 424, 96),
+            (2.16, 2.0, 1678, 125),
+            (2.00, 2.0, 1332, 170),
+        ],
+        ("datasink-1", "single") => [
+            (33.85, 5.0, 0, 0),
+            (5.17, 3.0, 0, 0),
+            (44.67, 46.0, 21, 0),
+            (83.57, 84.0, 2, 0),
+        ],
+        ("datasink-large", "single") => [
+            (2.45, 2.0, 0, 0),
+            (4.09, 2.0, 0, 0),
+            (28.2, 25.0, 0, 0),
+            (68.41, 70.0, 21, 0),
+        ],
+        ("datasink-xlarge", "single") => [
+            (26.96, 2.0, 0, 0),
+            (4.23, 2.0, 0, 0),
+            (33.03, 33.0, 0, 0),
+            (59.54, 60.0, 2, 0),
+        ],
+        ("datasink-2", "single") => [
+            (1.75, 1.0, 0, 0),
+            (2.99, 2.0, 0, 0),
+            (24.09, 19.0, 0, 0),
+            (64.3, 64.0, 307, 0),
+        ],
+        ("datasink-3", "single") => [
+            (5.42, 3.0, 0, 0),
+            (6.43, 5.0, 0, 0),
+            (29.32, 23.0, 191, 0),
+            (76.8, 80.0, 0, 0),
+        ],
+        ("datasink-4", "single") => [
+            (67.2, 56.0, 172, 0),
+            (113.13, 91.0, 488, 0),
+            (87.7, 56.0, 0, 0),
+            (58.1, 57.0, 2, 0),
+        ],
+        ("datasink-1", "multi") => [
+            (45.4, 4.0, 0, 0),
+            (49.15, 11.0, 0, 0),
+            (375.98, 416.0, 0, 0),
+            (558.78, 545.0, 1, 0),
+        ],
+        ("datasink-large", "multi") => [
+            (8.88, 8.0, 0, 0),
+            (117.24, 52.0, 0, 0),
+            (639.54, 758.0, 0, 0),
+            (1057.91, 936.0, 32, 0),
+        ],
+        ("datasink-xlarge", "multi") => [
+            (12.6, 12.0, 0, 0),
+            (455.57, 423.0, 0, 0),
+            (306.19, 305.0, 0, 0),
+            (586.64, 603.0, 1, 0),
+        ],
+        ("datasink-2", "multi") => [
+            (23.05, 22.0, 0, 0),
+            (438.07, 86.0, 0, 0),
+            (1508.52, 953.0, 0, 0),
+            (1829.39, 611.0, 1, 0),
+        ],
+        ("datasink-3", "multi") => [
+            (14.74, 12.0, 0, 0),
+            (243.78, 234.5, 0, 0),
+            (620.59, 486.0, 0, 0),
+            (1387.49, 1281.0, 0, 0),
+        ],
+        ("datasink-4", "multi") => [
+            (175.67, 147.0, 1951, 0),
+            (515.84, 561.0, 3598, 0),
+            (800.46, 820.0, 812, 0),
+            (923.34, 706.0, 127, 0),
+        ],
+        _ => return None,
+    };
+    let i = [256, 512, 1024, 2048].iter().position(|r| *r == rate)?;
+    Some(row[i])
+}
+
+/// The thesis's unthrottled throughput, Mbit/s (Tables 5.7–5.9).
+fn thesis_throughput(mode: &str, cloud: &str) -> Option<f64> {
+    let single = cloud == "single";
+    Some(match mode {
+        "direct" => {
+            if single {
+                109.3
+            } else {
+                58.3
+            }
+        }
+        "p2p" => {
+            if single {
+                182.1
+            } else {
+                15.0
+            }
+        }
+        "datasink-1" => {
+            if single {
+                167.3
+            } else {
+                7.7
+            }
+        }
+        "datasink-large" => {
+            if single {
+                168.6
+            } else {
+                8.0
+            }
+        }
+        "datasink-xlarge" => {
+            if single {
+                173.2
+            } else {
+                8.1
+            }
+        }
+        "datasink-2" => {
+            if single {
+                167.1
+            } else {
+                15.2
+            }
+        }
+        "datasink-3" => {
+            if single {
+                153.9
+            } else {
+                20.2
+            }
+        }
+        "datasink-4" => {
+            if single {
+                105.7
+            } else {
+                23.7
+            }
+        }
+        _ => return None,
+    })
+}
+
 fn markdown(r: &Report) -> String {
     let mut s = String::new();
     s.push_str("| mode | cloud | KiB/s | mean ms | p50 ms | p99 ms | max ms | std ms | lost | dup |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
