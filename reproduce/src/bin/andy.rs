@@ -651,25 +651,34 @@ fn thesis_throughput(mode: &str, cloud: &str) -> Option<f64> {
 }
 
 fn markdown(r: &Report) -> String {
-    let mut s = String::new();
-    s.push_str("| mode | cloud | KiB/s | mean ms | p50 ms | p99 ms | max ms | std ms | lost | dup |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let mut s = String::from(
+        "| mode | cloud | KiB/s | mean ms | p50 ms | p99 ms | max ms | std ms | lost | dup | thesis mean / median ms | thesis lost / dup |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
     for ((m, c, rate), st) in &r.latency {
+        let (tm, tl) = thesis_latency(m, c, *rate).map_or(("–".into(), "–".into()), |t| {
+            (format!("{} / {}", t.0, t.1), format!("{} / {}", t.2, t.3))
+        });
         s.push_str(&format!(
-            "| {m} | {c} | {rate} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} |\n",
+            "| {m} | {c} | {rate} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {tm} | {tl} |\n",
             st.mean_ms, st.p50_ms, st.p99_ms, st.max_ms, st.std_ms, st.lost, st.duplicates
         ));
     }
-    s.push_str("\n| mode | cloud | unthrottled Mbit/s | discovery ms | respawn gap ms | control B/s per node |\n|---|---|---:|---:|---:|---:|\n");
+    s.push_str(
+        "\n| mode | cloud | unthrottled Mbit/s | thesis Mbit/s | discovery ms | respawn gap ms | control B/s per node |\n\
+         |---|---|---:|---:|---:|---:|---:|\n",
+    );
+    let ms = |d: Option<&Duration>| {
+        d.map_or("–".to_string(), |d| {
+            format!("{:.0}", d.as_secs_f64() * 1000.0)
+        })
+    };
     for (k, t) in &r.throughput {
-        let ms = |d: Option<&Duration>| {
-            d.map_or("–".to_string(), |d| {
-                format!("{:.0}", d.as_secs_f64() * 1000.0)
-            })
-        };
         s.push_str(&format!(
-            "| {} | {} | {t:.1} | {} | {} | {} |\n",
+            "| {} | {} | {t:.1} | {} | {} | {} | {} |\n",
             k.0,
             k.1,
+            thesis_throughput(&k.0, &k.1).map_or("–".into(), |t| format!("{t}")),
             ms(r.discovery.get(k)),
             ms(r.gap.get(k)),
             r.control.get(k).map_or("–".into(), |c| format!("{c:.0}"))
