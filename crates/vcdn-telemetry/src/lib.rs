@@ -5,3 +5,5 @@
 //!
 //! The protocol, with what vcdn adds to the thesis (envelope, timers,
 //! leases, authentication), is specified in `docs/telemetry-protocol.md`.
+
+pub mod kafka;
