@@ -7,10 +7,13 @@
 //! Delivery is **at-least-once**. A record's offset is stored only when the
 //! caller asks for the next one ([`Consumer::recv`]), i.e. after it handed
 //! the record on; stored offsets are committed in the background every
-//! `commit_interval` and at [`Consumer::commit`] / drop. A consumer killed
-//! between a hand-on and the next commit gets the records since the last
-//! commit again after its restart (at most `commit_interval` of them), and
-//! loses none.
+//! `commit_interval`, at [`Consumer::commit`] and when the consumer is
+//! dropped (librdkafka's close commits the stored offsets and leaves the
+//! group, so its partitions move at once). The record returned last is not
+//! marked handed on by a drop: the caller may not have finished with it. A
+//! consumer killed between a hand-on and the next commit gets the records
+//! since the last commit again after its restart (at most
+//! `commit_interval` of them, plus the one it held), and loses none.
 
 use std::time::Duration;
 
@@ -77,6 +80,10 @@ pub enum ConsumeError {
     Subscribe(KafkaError),
     #[error("commit: {0}")]
     Commit(KafkaError),
+    /// rdkafka's stream consumer spawns a tokio task: `new` and `repoint`
+    /// must run inside a tokio runtime (`Handle::enter` outside one).
+    #[error("the Kafka consumer must be made inside a tokio runtime")]
+    NoRuntime,
     /// An unrecoverable error (the consumer must be rebuilt).
     #[error("fatal consumer error: {0}")]
     Fatal(KafkaError),
@@ -107,7 +114,8 @@ impl Consumer {
     /// Joins `options.group_id` on the cluster at `bootstrap` and subscribes
     /// to `topics`. A new group starts at the earliest offset
     /// (`auto.offset.reset=earliest`): nothing published before the first
-    /// consumer came is lost.
+    /// consumer came is lost. Must be called inside a tokio runtime
+    /// (rdkafka spawns a task there), else [`ConsumeError::NoRuntime`].
     pub fn new(
         bootstrap: &str,
         topics: &[&str],
@@ -177,22 +185,25 @@ impl Consumer {
         &self.bootstrap
     }
 
-    /// Re-points to new bootstrap servers (RECONFIG): commits what was
-    /// handed on to the old cluster (best effort: it may be gone), leaves
-    /// the group and joins it again through the new servers. On the same
+    /// Re-points to new bootstrap servers (RECONFIG): marks the last record
+    /// handed on, closes the old client (which commits the stored offsets
+    /// to the old cluster and leaves the group, best effort: it may be
+    /// gone) and joins the group again through the new servers. On the same
     /// cluster (e.g. one that grew) consumption resumes from the committed
-    /// offsets, nothing lost; on a different cluster the group is new there
-    /// and starts at its earliest offsets.
+    /// offsets: nothing lost, at most the last `commit_interval` again. On a
+    /// different cluster the group is new there and starts at its earliest
+    /// offsets.
+    ///
+    /// Blocks while the old client closes (up to its request timeouts when
+    /// the old cluster is unreachable): call it from `spawn_blocking` or
+    /// `block_in_place`.
     pub fn repoint(&mut self, bootstrap: &str) -> Result<(), ConsumeError> {
-        if let Err(e) = self.commit() {
-            tracing::warn!(error = %e, "kafka consumer: commit before re-pointing failed");
-        }
+        self.store_pending();
         let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
         let new = build(bootstrap, &topics, &self.options)?;
-        // Dropping the old consumer leaves the group (rdkafka closes it).
-        self.inner = new;
+        // Dropping the old consumer closes it: commit, then leave the group.
+        drop(std::mem::replace(&mut self.inner, new));
         self.bootstrap = bootstrap.to_string();
-        self.pending = None;
         Ok(())
     }
 
@@ -208,20 +219,14 @@ impl Consumer {
     }
 }
 
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        // Commit what was handed on; closing then leaves the group so the
-        // partitions move at once instead of after the session timeout.
-        self.store_pending();
-        let _ = self.inner.commit_consumer_state(CommitMode::Sync);
-    }
-}
-
 fn build(
     bootstrap: &str,
     topics: &[&str],
     o: &ConsumerOptions,
 ) -> Result<StreamConsumer, ConsumeError> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(ConsumeError::NoRuntime);
+    }
     let session = o.session_timeout.as_millis().max(1);
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", bootstrap)

@@ -25,3 +25,18 @@ pub use broker::{Broker, BrokerError, BrokerRole, BrokerSpec};
 pub use consumer::{ConsumeError, Consumer, ConsumerOptions, Record};
 pub use dist::{DistError, KafkaDist, KAFKA_VERSION};
 pub use producer::{Acks, Producer, ProducerCounters, ProducerOptions, SendError};
+
+#[cfg(test)]
+mod tests {
+    /// The producer is shared by the cache's serving threads; the rest move
+    /// into tasks.
+    #[test]
+    fn clients_can_be_shared_and_moved() {
+        fn shared<T: Send + Sync>() {}
+        fn moved<T: Send>() {}
+        shared::<super::Producer>();
+        shared::<super::Admin>();
+        moved::<super::Consumer>();
+        moved::<super::Broker>();
+    }
+}
