@@ -582,6 +582,10 @@ fn full_queue_is_an_error_not_a_block() {
         "{accepted} KiB messages in a 64 KiB queue"
     );
     assert_eq!(producer.counters().dropped_full, 1000 - accepted as u64);
+
+    // A message over `message.max.bytes` (1 MB) is refused, not queued.
+    let huge = vec![b'x'; 2 << 20];
+    assert_eq!(producer.send("away", b"k", &huge), Err(SendError::TooLarge));
 }
 
 /// RECONFIG from a sink that is gone to one that is up: what the old client
@@ -621,4 +625,58 @@ fn repoint_hands_the_queue_over() {
     });
     assert!(missing(&seen, N).is_empty());
     drop(broker);
+}
+
+/// A hostile "broker" (a forged or stale RECONFIG can name any address)
+/// answers with a frame claiming 50 MB: the clients refuse it and close the
+/// connection at once instead of waiting for (and buffering) 50 MB, which
+/// librdkafka's default limit of 100 MB would allow on every connection.
+#[test]
+fn hostile_broker_frame_sizes_are_refused() {
+    use std::io::Read;
+    let rt = runtime();
+    let _in_runtime = rt.enter();
+    for client in ["producer", "consumer"] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut request = [0u8; 4096];
+            let n = s.read(&mut request).unwrap();
+            assert!(n >= 12, "no request");
+            // Size 50 MB, then the request's correlation id (bytes 8..12).
+            let mut answer = 50_000_000u32.to_be_bytes().to_vec();
+            answer.extend_from_slice(&request[8..12]);
+            answer.extend_from_slice(&[0u8; 64]);
+            s.write_all(&answer).unwrap();
+            let sent = Instant::now();
+            // The client closes; a read times out if it waits for the rest.
+            let mut rest = [0u8; 4096];
+            loop {
+                match s.read(&mut rest) {
+                    Ok(0) => return Some(sent.elapsed()),
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                        return Some(sent.elapsed())
+                    }
+                    Err(_) => return None,
+                }
+            }
+        });
+        let (producer, consumer);
+        if client == "producer" {
+            producer = Some(Producer::new(&addr, ProducerOptions::default()).unwrap());
+            producer.as_ref().unwrap().send("t", b"k", b"v").unwrap();
+            consumer = None;
+        } else {
+            consumer = Some(Consumer::new(&addr, &["t"], ConsumerOptions::new("g")).unwrap());
+            producer = None;
+        }
+        let closed = server.join().unwrap();
+        eprintln!("{client}: closed {closed:?} after the 50 MB claim");
+        let closed = closed.unwrap_or_else(|| panic!("the {client} waited for a 50 MB frame"));
+        assert!(closed < Duration::from_secs(5), "{client}: {closed:?}");
+        drop((producer, consumer));
+    }
 }

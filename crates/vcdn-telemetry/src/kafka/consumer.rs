@@ -22,6 +22,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::ClientConfig;
 
+/// The largest fetch response the consumer asks for (`fetch.max.bytes`);
+/// a frame claiming more than this plus 512 bytes closes the connection.
+pub const FETCH_MAX_BYTES: usize = 16 << 20;
+
 /// Consumer settings.
 #[derive(Debug, Clone)]
 pub struct ConsumerOptions {
@@ -242,7 +246,15 @@ fn build(
         .set("session.timeout.ms", session.to_string())
         .set("heartbeat.interval.ms", (session / 3).max(1).to_string())
         .set("reconnect.backoff.ms", "50")
-        .set("reconnect.backoff.max.ms", "1000");
+        .set("reconnect.backoff.max.ms", "1000")
+        // Bounds on what one fetch response may hold and claim (librdkafka:
+        // 50 MB and 100 MB): 16 MiB is 8 s of the 2 MiB/s per fetch,
+        // far more than a consumer that keeps up needs.
+        .set("fetch.max.bytes", FETCH_MAX_BYTES.to_string())
+        .set(
+            "receive.message.max.bytes",
+            (FETCH_MAX_BYTES + 512).to_string(),
+        );
     if let Some(id) = &o.instance_id {
         cfg.set("group.instance.id", id);
     }

@@ -156,6 +156,9 @@ impl ProducerContext for Context {
 
 type Client = ThreadedProducer<Context>;
 
+/// The largest response frame the producer accepts (`receive.message.max.bytes`).
+pub const RECEIVE_MAX_BYTES: usize = 4 << 20;
+
 /// A non-blocking Kafka producer (see the module doc). Cheap to share:
 /// `send` takes `&self`.
 pub struct Producer {
@@ -331,6 +334,11 @@ fn build(
                 .clamp(1, i32::MAX as u128)
                 .to_string(),
         )
+        // What a broker's response may claim as its size: producers get
+        // small responses (acks, metadata), and librdkafka's default of
+        // 100 MB would let a hostile "broker" named in a forged or stale
+        // RECONFIG make it allocate that much per connection.
+        .set("receive.message.max.bytes", RECEIVE_MAX_BYTES.to_string())
         // Reconnect quickly once a restarted broker is back.
         .set("reconnect.backoff.ms", "50")
         .set("reconnect.backoff.max.ms", "1000")
