@@ -16,9 +16,10 @@ use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use vcdn_telemetry::kafka::broker::random_cluster_id;
 use vcdn_telemetry::kafka::{
-    Admin, Broker, BrokerSpec, ConsumeError, Consumer, ConsumerOptions, KafkaDist, Producer,
-    ProducerOptions, SendError, TopicSpec,
+    Admin, Broker, BrokerError, BrokerSpec, ConsumeError, Consumer, ConsumerOptions, KafkaDist,
+    Producer, ProducerOptions, SendError, TopicSpec,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -44,6 +45,12 @@ fn start_master(dist: &KafkaDist, dir: &Path) -> Broker {
     let t = Instant::now();
     let b = Broker::start(dist, spec).unwrap_or_else(|e| panic!("master did not start: {e}"));
     eprintln!("master {} ready in {:?}", b.bootstrap(), t.elapsed());
+    // The broker logs into its data directory (not the working directory).
+    let log = std::fs::read_to_string(dir.join("logs/server.log")).unwrap_or_default();
+    assert!(
+        log.contains("Kafka Server started"),
+        "no server.log in {dir:?}"
+    );
     b
 }
 
@@ -421,6 +428,18 @@ fn broker_restart_loses_nothing() {
         &lost[..lost.len().min(10)]
     );
     assert_eq!(written_twice, 0, "the idempotent producer wrote duplicates");
+
+    // The data directory is this cluster's: another cluster id is refused
+    // before anything starts.
+    broker.stop();
+    let mut other = broker.spec().clone();
+    other.cluster_id = Some(random_cluster_id());
+    match Broker::start(&dist, other) {
+        Err(BrokerError::OtherCluster { formatted, .. }) => {
+            assert_eq!(formatted, broker.cluster_id())
+        }
+        r => panic!("started on another cluster's data: {r:?}"),
+    }
     drop(broker);
 }
 

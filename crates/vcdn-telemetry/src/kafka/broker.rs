@@ -82,6 +82,11 @@ pub struct BrokerSpec {
     pub offsets_partitions: u32,
     /// How long start and restart wait for readiness.
     pub start_timeout: Duration,
+    /// How long records are kept (`log.retention.ms`): telemetry is
+    /// consumed within seconds; Kafka's 7 days at 2 MiB/s would be 1.2 TB.
+    pub retention: Duration,
+    /// At most this much is kept per partition (`log.retention.bytes`).
+    pub retention_bytes_per_partition: u64,
 }
 
 impl BrokerSpec {
@@ -100,6 +105,8 @@ impl BrokerSpec {
             default_partitions: 4,
             offsets_partitions: 10,
             start_timeout: Duration::from_secs(120),
+            retention: Duration::from_secs(6 * 3600),
+            retention_bytes_per_partition: 1 << 30,
         }
     }
 
@@ -178,6 +185,14 @@ impl BrokerSpec {
         let _ = writeln!(p, "transaction.state.log.min.isr={min_isr}");
         let _ = writeln!(p, "share.coordinator.state.topic.replication.factor={rf}");
         let _ = writeln!(p, "share.coordinator.state.topic.min.isr={min_isr}");
+        let _ = writeln!(p, "log.retention.ms={}", self.retention.as_millis().max(1));
+        let _ = writeln!(
+            p,
+            "log.retention.bytes={}",
+            self.retention_bytes_per_partition.max(1)
+        );
+        // Segments small enough for retention to act on (whole segments go).
+        p.push_str("log.segment.bytes=67108864\n");
         // A new consumer group starts at once instead of waiting 3 s for
         // more members: the issue's discovery and reconfiguration budgets
         // are below a second.
@@ -198,6 +213,15 @@ pub enum BrokerError {
     DataDir(PathBuf, std::io::Error),
     #[error("a datasink slave needs the master's cluster id")]
     NoClusterId,
+    /// The data directory belongs to another cluster (e.g. a slave whose
+    /// master was respawned with a new cluster): the caller decides whether
+    /// its data may go (remove the directory) or the broker must not start.
+    #[error("{dir} holds cluster {formatted}, not {wanted}")]
+    OtherCluster {
+        dir: PathBuf,
+        formatted: String,
+        wanted: String,
+    },
     #[error("formatting the storage of node {node} failed ({status}): {output}")]
     Format {
         node: i32,
@@ -241,13 +265,19 @@ impl Broker {
             std::fs::create_dir_all(dir.join(sub))
                 .map_err(|e| BrokerError::DataDir(dir.clone(), e))?;
         }
-        let cluster_id = match (&spec.role, &spec.cluster_id) {
-            (_, Some(id)) => id.clone(),
-            (BrokerRole::Master { .. }, None) => match formatted_cluster_id(dir) {
-                Some(id) => id,
-                None => random_cluster_id(),
-            },
-            (BrokerRole::Slave { .. }, None) => return Err(BrokerError::NoClusterId),
+        let formatted = formatted_cluster_id(dir);
+        let cluster_id = match (&spec.role, &spec.cluster_id, formatted) {
+            (_, Some(wanted), Some(formatted)) if *wanted != formatted => {
+                return Err(BrokerError::OtherCluster {
+                    dir: dir.clone(),
+                    formatted,
+                    wanted: wanted.clone(),
+                })
+            }
+            (_, Some(id), _) => id.clone(),
+            (BrokerRole::Master { .. }, None, Some(formatted)) => formatted,
+            (BrokerRole::Master { .. }, None, None) => random_cluster_id(),
+            (BrokerRole::Slave { .. }, None, _) => return Err(BrokerError::NoClusterId),
         };
         let write = |name: &str, text: String| {
             std::fs::write(dir.join(name), text).map_err(|e| BrokerError::DataDir(dir.clone(), e))
@@ -516,14 +546,22 @@ impl Drop for Broker {
 }
 
 /// Logging to `${kafka.logs.dir}/server.log` only (Kafka's own
-/// configuration also writes controller, state-change and request logs).
+/// configuration also writes controller, state-change and request logs),
+/// rolled at 10 MB with 3 old files kept, so a long-running datasink's log
+/// stays bounded.
 const LOG4J2: &str = "\
 status = warn
-appender.file.type = File
+appender.file.type = RollingFile
 appender.file.name = server
 appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.filePattern = ${sys:kafka.logs.dir}/server.log.%i
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 10MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
 rootLogger.level = info
 rootLogger.appenderRef.file.ref = server
 ";
