@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod envelope;
+pub mod kafka;
 pub mod keys;
 pub mod message;
 pub mod node;
