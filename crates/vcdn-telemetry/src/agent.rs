@@ -216,6 +216,12 @@ enum Cmd {
 /// State shared between the driver task and the data path.
 struct Shared {
     dests: RwLock<HashMap<String, Arc<Vec<SocketAddr>>>>,
+    /// Datasink mode: the producer following the sink (`datasink`).
+    kafka: RwLock<Option<Arc<crate::kafka::Producer>>>,
+    /// Datasink mode before the first sink is known: data wait here,
+    /// bounded, for the producer (`None`: not a datasink producer).
+    early: Option<Mutex<Early>>,
+    node: String,
     data: StdUdp,
     metrics: Metrics,
     sink: RwLock<Option<Authority>>,
@@ -272,8 +278,15 @@ impl Agent {
         let uni = UdpSocket::from_std(udp(SocketAddr::new(cfg.bind, 0), false)?)?;
         let unicast = uni.local_addr()?;
         let data = udp(SocketAddr::new(cfg.bind, 0), false)?;
+        let sink_producer = cfg
+            .roles
+            .iter()
+            .any(|r| matches!(r, Role::Producer | Role::Hybrid));
         let shared = Arc::new(Shared {
             dests: RwLock::new(HashMap::new()),
+            kafka: RwLock::new(None),
+            early: sink_producer.then(|| Mutex::new(Early::default())),
+            node: cfg.node.clone(),
             data,
             metrics: Metrics::default(),
             sink: RwLock::new(None),
@@ -362,6 +375,33 @@ impl Agent {
         &self.shared.metrics
     }
 
+    /// Prometheus lines of the agent, its Kafka producer included.
+    pub fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        self.shared.metrics.render(out);
+        if let Some(k) = self.kafka_producer() {
+            let c = k.counters();
+            let _ = writeln!(out, "# TYPE vcdn_telemetry_kafka_messages_total counter");
+            for (what, v) in [
+                ("sent", c.sent),
+                ("delivered", c.delivered),
+                ("failed", c.failed),
+                ("dropped_full", c.dropped_full),
+                ("handed_over", c.handed_over),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "vcdn_telemetry_kafka_messages_total{{outcome=\"{what}\"}} {v}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# TYPE vcdn_telemetry_kafka_in_flight gauge\nvcdn_telemetry_kafka_in_flight {}",
+                k.in_flight()
+            );
+        }
+    }
+
     /// Whether every authority this node follows has configured it.
     pub fn configured(&self) -> bool {
         self.shared.metrics.configured.load(Relaxed)
@@ -382,10 +422,32 @@ impl Agent {
             .unwrap_or_default()
     }
 
-    /// Sends `datum` to every p2p destination of `topic`, without waiting.
-    /// Returns how many destinations it went to.
+    /// Sends `datum` to every p2p destination of `topic` and, in datasink
+    /// mode, queues it for Kafka; never waits. Returns how many p2p
+    /// destinations it went to.
     pub fn publish(&self, topic: &str, datum: &[u8]) -> usize {
         publish(&self.shared, topic, datum)
+    }
+
+    /// The Kafka producer that follows the sink, once there is one.
+    pub fn kafka_producer(&self) -> Option<Arc<crate::kafka::Producer>> {
+        self.shared.kafka.read().clone()
+    }
+
+    /// Installs the Kafka producer `publish` queues data to, and hands it
+    /// what waited for it.
+    pub fn set_kafka_producer(&self, p: Arc<crate::kafka::Producer>) {
+        let mut k = self.shared.kafka.write();
+        if let Some(early) = &self.shared.early {
+            let mut e = early.lock();
+            for (topic, datum) in e.data.drain(..) {
+                if p.send(&topic, self.shared.node.as_bytes(), &datum).is_err() {
+                    self.shared.metrics.data_dropped.fetch_add(1, Relaxed);
+                }
+            }
+            e.bytes = 0;
+        }
+        *k = Some(p);
     }
 
     /// Makes this node the data sink (once its broker runs) or the tracker.
@@ -413,7 +475,39 @@ impl Agent {
     }
 }
 
+/// What a datasink producer holds before it knows a sink.
+#[derive(Default)]
+struct Early {
+    data: std::collections::VecDeque<(String, Vec<u8>)>,
+    bytes: usize,
+}
+
+/// Bound of [`Early`]: beyond it the oldest data are dropped and counted.
+const EARLY_BYTES: usize = 16 << 20;
+
 fn publish(shared: &Shared, topic: &str, datum: &[u8]) -> usize {
+    match shared.kafka.read().as_ref() {
+        // Keyed by node: one producer's data stay in order in one partition.
+        Some(k) => {
+            if k.send(topic, shared.node.as_bytes(), datum).is_err() {
+                shared.metrics.data_dropped.fetch_add(1, Relaxed);
+            }
+        }
+        None => {
+            if let Some(early) = &shared.early {
+                let mut e = early.lock();
+                e.bytes += datum.len();
+                e.data.push_back((topic.to_string(), datum.to_vec()));
+                while e.bytes > EARLY_BYTES {
+                    let Some((_, d)) = e.data.pop_front() else {
+                        break;
+                    };
+                    e.bytes -= d.len();
+                    shared.metrics.data_dropped.fetch_add(1, Relaxed);
+                }
+            }
+        }
+    }
     let dests = shared.dests.read().get(topic).cloned();
     let Some(dests) = dests else { return 0 };
     let mut n = 0;

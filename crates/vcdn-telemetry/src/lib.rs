@@ -7,6 +7,7 @@
 //! leases, authentication), is specified in `docs/telemetry-protocol.md`.
 
 pub mod agent;
+pub mod datasink;
 pub mod envelope;
 pub mod kafka;
 pub mod keys;

@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Args, Subcommand};
 use vcdn_http::serve::{Response, ServeConfig};
 use vcdn_telemetry::agent::{Agent, AgentConfig, Ingest, DISCOVERY_PORT};
+use vcdn_telemetry::datasink;
+use vcdn_telemetry::kafka::ProducerOptions;
 use vcdn_telemetry::keys::KeyFile;
 use vcdn_telemetry::message::{Authority, AuthorityKind, Role, Subscription};
 use vcdn_telemetry::node::Net;
@@ -64,18 +66,6 @@ fn parse_role(s: &str) -> Result<Role, String> {
     })
 }
 
-fn parse_subscription(s: &str) -> Result<Subscription, String> {
-    let (t, p) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?} is not TOPIC=PORT"))?;
-    let port = p.parse().map_err(|_| format!("{p:?} is not a port"))?;
-    Ok(Subscription {
-        topic: t.to_string(),
-        port,
-        host: None,
-    })
-}
-
 #[derive(Args)]
 pub struct AgentArgs {
     /// This node's id: 1-64 of [A-Za-z0-9._:-] [default: agent-PID].
@@ -89,14 +79,75 @@ pub struct AgentArgs {
     /// (newline-framed lines), on 127.0.0.1 (repeatable).
     #[arg(long = "ingest", value_parser = Ingest::parse)]
     ingest: Vec<Ingest>,
-    /// Deliver a topic to a local UDP port: TOPIC=PORT (repeatable).
-    #[arg(long = "subscribe", value_parser = parse_subscription)]
-    subscribe: Vec<Subscription>,
+    /// Deliver a topic to a local port: TOPIC=PORT (UDP, a datagram per
+    /// datum) or TOPIC=PORT/tcp (datasink consumers: in order, with
+    /// backpressure, nothing dropped) (repeatable).
+    #[arg(long = "subscribe", value_parser = datasink::Delivery::parse)]
+    subscribe: Vec<datasink::Delivery>,
     /// Serve /metrics and /healthz here.
     #[arg(long, default_value = "127.0.0.1:0")]
     metrics_listen: SocketAddr,
     #[command(flatten)]
     discovery: Discovery,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+}
+
+/// The broker of a datasink or datasink-slave node.
+#[derive(Args)]
+pub struct KafkaArgs {
+    /// Where the broker keeps its data and logs [default: ./kafka-NODE].
+    #[arg(long)]
+    kafka_dir: Option<PathBuf>,
+    /// The address other nodes reach this node's broker at.
+    #[arg(long, default_value = "127.0.0.1")]
+    kafka_host: String,
+    #[arg(long, default_value_t = 9092)]
+    kafka_port: u16,
+    /// The datasink master's controller port.
+    #[arg(long, default_value_t = 9093)]
+    kafka_controller_port: u16,
+    #[arg(long, default_value_t = 384)]
+    kafka_heap_mib: u32,
+    /// Partitions of each topic the sink creates.
+    #[arg(long, default_value_t = 4)]
+    kafka_partitions: i32,
+    /// A topic the sink creates at start (repeatable) [default: vcdn's
+    /// topics and `metrics`].
+    #[arg(long = "sink-topic")]
+    sink_topics: Vec<String>,
+}
+
+impl KafkaArgs {
+    fn setup(&self, node: &str) -> Result<vcdn_telemetry::datasink::BrokerSetup, String> {
+        use vcdn_telemetry::record::*;
+        let dist = vcdn_telemetry::kafka::KafkaDist::locate().map_err(|e| e.to_string())?;
+        let mut topics = self.sink_topics.clone();
+        if topics.is_empty() {
+            topics = [
+                TOPIC_EDGE_STATS,
+                TOPIC_EDGE_EVENTS,
+                TOPIC_ROUTER_DECISIONS,
+                TOPIC_QOE_REPORTS,
+                "metrics",
+            ]
+            .map(String::from)
+            .to_vec();
+        }
+        Ok(vcdn_telemetry::datasink::BrokerSetup {
+            dist,
+            data_dir: self
+                .kafka_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("kafka-{node}"))),
+            host: self.kafka_host.clone(),
+            client_port: self.kafka_port,
+            controller_port: self.kafka_controller_port,
+            heap_mib: self.kafka_heap_mib,
+            topics,
+            partitions: self.kafka_partitions,
+        })
+    }
 }
 
 pub async fn agent(a: AgentArgs) -> Result<(), String> {
@@ -118,17 +169,25 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
             a.discovery.keys.display()
         ));
     }
-    if a.roles.iter().any(|r| {
-        matches!(
-            r,
-            Role::Datasink | Role::DatasinkSlave | Role::Producer | Role::Consumer | Role::Hybrid
-        )
-    }) {
-        return Err("datasink mode (Kafka) roles are not available in this build of `vcdn agent` yet; use the p2p roles".into());
-    }
+    let broker_setup = if a
+        .roles
+        .iter()
+        .any(|r| matches!(r, Role::Datasink | Role::DatasinkSlave))
+    {
+        Some(a.kafka.setup(&node)?)
+    } else {
+        None
+    };
     let mut cfg = a.discovery.config(&node, a.roles.clone());
     cfg.ingest = a.ingest.clone();
-    cfg.subscribe = a.subscribe.clone();
+    if a.roles.contains(&Role::P2pConsumer) && a.subscribe.iter().any(|d| d.tcp) {
+        return Err("a p2p consumer's data come over UDP straight from producers: /tcp is for datasink consumers".into());
+    }
+    cfg.subscribe = a
+        .subscribe
+        .iter()
+        .map(datasink::Delivery::subscription)
+        .collect();
     let agent = Arc::new(
         Agent::start(cfg, keys)
             .await
@@ -146,6 +205,38 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
             },
         );
     }
+    let mut tasks = Vec::new();
+    if let Some(setup) = broker_setup {
+        let run = if a.roles.contains(&Role::Datasink) {
+            tokio::spawn(datasink::run_master(agent.clone(), setup))
+        } else {
+            tokio::spawn(datasink::run_slave(agent.clone(), setup))
+        };
+        tasks.push(tokio::spawn(async move {
+            if let Ok(Err(e)) = run.await {
+                eprintln!("vcdn agent: {e}");
+                std::process::exit(1);
+            }
+        }));
+    }
+    if a.roles
+        .iter()
+        .any(|r| matches!(r, Role::Producer | Role::Hybrid))
+    {
+        tasks.push(tokio::spawn(datasink::follow_sink_producer(
+            agent.clone(),
+            ProducerOptions::default(),
+        )));
+    }
+    if a.roles
+        .iter()
+        .any(|r| matches!(r, Role::Consumer | Role::Hybrid))
+    {
+        tasks.push(tokio::spawn(datasink::run_consumer(
+            agent.clone(),
+            a.subscribe.clone(),
+        )));
+    }
     let listener = tokio::net::TcpListener::bind(a.metrics_listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", a.metrics_listen))?;
@@ -157,7 +248,7 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
             match req.head.path() {
                 b"/metrics" => {
                     let mut text = String::new();
-                    m.metrics().render(&mut text);
+                    m.render_metrics(&mut text);
                     Response::new(200, "text/plain; version=0.0.4", text)
                 }
                 b"/healthz" => Response::new(200, "text/plain", "ok\n"),
@@ -171,7 +262,7 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
         handler,
     ));
     println!(
-        "vcdn agent {node} listening on udp/{} for discovery (broadcast {}), unicast udp/{}, metrics http://{metrics_at}/metrics",
+        "vcdn agent {node} listening on http://{metrics_at} (/metrics, /healthz), udp/{} (discovery, broadcast to {}), udp/{} (unicast)",
         a.discovery.discovery_port,
         a.discovery.broadcast,
         agent.unicast_addr().port()
@@ -180,17 +271,34 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
         println!("  ingest {} → topic {}", at, i.topic);
     }
     let _ = std::io::Write::flush(&mut std::io::stdout());
-    tokio::signal::ctrl_c().await.ok();
-    if let Ok(agent) = Arc::try_unwrap(agent) {
-        agent.shutdown().await;
+    shutdown_signal().await;
+    for t in tasks {
+        t.abort();
+        let _ = t.await;
+    }
+    if let Some(k) = agent.kafka_producer() {
+        let _ = tokio::task::spawn_blocking(move || k.flush(Duration::from_secs(5))).await;
+    }
+    match Arc::try_unwrap(agent) {
+        Ok(agent) => agent.shutdown().await,
+        Err(_) => tracing::warn!("agent still shared at exit; leaving without BYE"),
     }
     Ok(())
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
 }
 
 /// Runs `f` on a small runtime of its own (the agent is light).
 pub fn run(f: impl std::future::Future<Output = Result<(), String>>) -> Result<(), String> {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?

@@ -259,7 +259,11 @@ impl Broker {
     /// Formats the data directory once (a directory that already holds a
     /// formatted `meta.properties` is kept as it is), starts the JVM and
     /// waits until the broker serves metadata naming itself.
-    pub fn start(dist: &KafkaDist, spec: BrokerSpec) -> Result<Broker, BrokerError> {
+    pub fn start(dist: &KafkaDist, mut spec: BrokerSpec) -> Result<Broker, BrokerError> {
+        // The JVM runs in another working directory: a relative data
+        // directory would name another place there.
+        spec.data_dir = std::path::absolute(&spec.data_dir)
+            .map_err(|e| BrokerError::DataDir(spec.data_dir.clone(), e))?;
         let dir = &spec.data_dir;
         for sub in ["data", "logs"] {
             std::fs::create_dir_all(dir.join(sub))
@@ -456,9 +460,13 @@ impl Broker {
             // Its own process group, so that drop kills whatever the JVM
             // started too.
             .process_group(0);
+        reap_orphan(dir);
         let child = cmd
             .spawn()
             .map_err(|e| BrokerError::Spawn(self.spec.node_id, e))?;
+        // Written so that the next start can stop a broker whose agent was
+        // killed (SIGKILL leaves no chance to run Drop).
+        let _ = std::fs::write(dir.join(PID_FILE), child.id().to_string());
         self.child = Some(child);
         if let Err(e) = self.wait_ready() {
             self.signal_and_reap(libc::SIGKILL, Duration::from_secs(10));
@@ -517,6 +525,7 @@ impl Broker {
     }
 
     fn signal_and_reap(&mut self, signal: i32, grace: Duration) {
+        let _ = std::fs::remove_file(self.spec.data_dir.join(PID_FILE));
         let Some(mut child) = self.child.take() else {
             return;
         };
@@ -577,6 +586,43 @@ fn formatted_cluster_id(dir: &Path) -> Option<String> {
 /// A cluster id as Kafka's `Uuid.randomUuid().toString()` makes one: 16
 /// random bytes in unpadded URL-safe base64 (22 characters), not starting
 /// with '-' (Kafka's tools would read it as an option).
+/// The broker's process id, in its data directory while it runs.
+const PID_FILE: &str = "broker.pid";
+
+/// Kills the broker a previous agent left running on `dir` (the agent was
+/// killed without running Drop): the process named by the pid file, only if
+/// it is a JVM started with this directory's `server.properties`. Waits up
+/// to 10 s for it to go, so its ports and locks are free.
+fn reap_orphan(dir: &Path) {
+    let Some(pid) = std::fs::read_to_string(dir.join(PID_FILE))
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::pid_t>().ok())
+        .filter(|p| *p > 1)
+    else {
+        return;
+    };
+    let ours = dir.join("server.properties");
+    let is_ours = |pid: libc::pid_t| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| {
+                c.split(|b| *b == 0)
+                    .any(|a| a == ours.as_os_str().as_encoded_bytes())
+            })
+            .unwrap_or(false)
+    };
+    if !is_ours(pid) {
+        return;
+    }
+    tracing::warn!(pid, dir = %dir.display(), "a broker left running by a killed agent: stopping it");
+    // SAFETY: kill(2) of the process group the orphan leads (it was started
+    // with process_group(0)), checked above to be our broker.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while is_ours(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn random_cluster_id() -> String {
     use aws_lc_rs::rand::{SecureRandom, SystemRandom};
     let rng = SystemRandom::new();

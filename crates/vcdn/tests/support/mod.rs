@@ -217,7 +217,7 @@ where
 /// A test's scratch directory, removed when dropped so that test runs leave
 /// nothing behind in the system's temporary directory. Declare it before the
 /// processes that write into it: they are then stopped before it goes.
-pub struct TempDir(PathBuf);
+pub struct TempDir(pub PathBuf);
 
 impl std::ops::Deref for TempDir {
     type Target = Path;
