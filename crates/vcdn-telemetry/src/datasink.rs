@@ -310,18 +310,18 @@ impl Local {
             return;
         }
         loop {
-            if !self.tcp.contains_key(&d.port) {
-                match tokio::net::TcpStream::connect(to).await {
-                    Ok(s) => {
-                        self.tcp.insert(d.port, s);
-                    }
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
+            let s = match self.tcp.entry(d.port) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    match tokio::net::TcpStream::connect(to).await {
+                        Ok(s) => v.insert(s),
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            continue;
+                        }
                     }
                 }
-            }
-            let s = self.tcp.get_mut(&d.port).expect("inserted");
+            };
             match s.write_all(payload).await {
                 Ok(()) => {
                     agent.metrics().data_sent.fetch_add(1, Relaxed);
