@@ -56,6 +56,12 @@ pub struct ControlConfig {
     pub api_fingerprint: Option<String>,
     /// Issues the services' certificates when customers upload none.
     pub internal_ca: Option<Arc<crate::pki::InternalCa>>,
+    /// The telemetry agent (tracker and consumer); none: caches are
+    /// started without telemetry and every instance is polled.
+    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    /// Whether `GET /stats` may be polled at all (`vcdn up
+    /// --no-stats-polling` turns it off whatever the settings say).
+    pub stats_polling: bool,
 }
 
 /// An operation's failure, mapped to an HTTP status by the API.
@@ -118,6 +124,40 @@ pub(crate) struct Runtime {
     pub(crate) scaled_out_at: HashMap<String, Instant>,
     /// Relaunches per instance, to back off one that keeps failing.
     pub(crate) relaunch: HashMap<String, crate::supervisor::Relaunch>,
+    /// The incarnation (`boot_ms`) each instance's counters belong to.
+    pub(crate) boots: HashMap<String, u64>,
+}
+
+impl Runtime {
+    /// What an instance served since its counters were last seen: the
+    /// increase of its cumulative (requests, bytes). Counters of a new
+    /// incarnation (another `boot_ms`) are all new; within one
+    /// incarnation counters never go down, so a lower value (an older
+    /// document) adds nothing. Without `boot_ms` (an older cache), a
+    /// decrease is taken for a restart.
+    pub(crate) fn count(
+        &mut self,
+        id: &str,
+        boot: Option<u64>,
+        requests: u64,
+        bytes: u64,
+    ) -> (u64, u64) {
+        let (mut lr, mut lb) = self.counters.get(id).copied().unwrap_or((0, 0));
+        let restarted = match boot {
+            Some(b) => {
+                let before = self.boots.insert(id.to_string(), b);
+                before.is_some_and(|x| x != b)
+            }
+            None => requests < lr || bytes < lb,
+        };
+        if restarted {
+            (lr, lb) = (0, 0);
+        }
+        let (dr, db) = (requests.saturating_sub(lr), bytes.saturating_sub(lb));
+        let keep = (requests.max(if restarted { 0 } else { lr }), bytes.max(if restarted { 0 } else { lb }));
+        self.counters.insert(id.to_string(), keep);
+        (dr, db)
+    }
 }
 
 #[derive(Default)]
@@ -130,6 +170,9 @@ pub struct Metrics {
     pub expired: AtomicU64,
     pub api_requests: AtomicU64,
     pub api_errors: AtomicU64,
+    /// Instance statistics taken from a telemetry record / from a poll.
+    pub stats_telemetry: AtomicU64,
+    pub stats_polled: AtomicU64,
 }
 
 pub struct Control {
@@ -293,6 +336,15 @@ impl Control {
                 (Role::Cache, Some(port)) => Some(SocketAddr::new(parse(&i.address)?.ip(), port)),
                 _ => None,
             },
+            telemetry: match (&self.cfg.telemetry, i.role) {
+                (Some(t), Role::Cache) => Some(crate::vim::InstanceTelemetry {
+                    keys_json: t.member_keys_json().to_string(),
+                    node: i.id.clone(),
+                    discovery_port: t.options.discovery_port,
+                    broadcast: t.options.broadcast,
+                }),
+                _ => None,
+            },
             proxy: crate::accel::proxy_spec(s, i, self.controller_url()).map(|mut p| {
                 p.controller_fingerprint = self.cfg.api_fingerprint.clone();
                 p
@@ -307,6 +359,9 @@ impl Control {
             i.nonce = random_hex(8);
         }
         let spec = self.instance_spec(s, i)?;
+        if let Some(t) = &self.cfg.telemetry {
+            t.add_known(&i.id);
+        }
         let started = self
             .vim
             .start(&spec)

@@ -406,6 +406,18 @@ impl Control {
             .cloned()
             .collect();
         let auth = format!("Bearer {}", self.instance_token);
+        let polling = self.stats_polling().await;
+        if let Some(t) = &self.cfg.telemetry {
+            // Records of instances the store does not know are not kept.
+            let known = self
+                .services
+                .lock()
+                .await
+                .values()
+                .flat_map(|s| s.graph.instances().map(|i| i.id.clone()))
+                .collect();
+            t.set_known(known);
+        }
         for s in services {
             let mut usage = Usage::default();
             let mut loads: HashMap<String, f64> = HashMap::new();
@@ -413,7 +425,7 @@ impl Control {
             for r in &s.graph.regions {
                 for i in &r.instances {
                     usage.vcpu_seconds += i.vcpus as f64 * dt.as_secs_f64();
-                    let stats = instance_stats(&self.admin, i, &auth).await;
+                    let stats = self.cache_stats(i, &auth, polling).await;
                     let mut rt = self.runtime.lock();
                     let rt = rt.entry(s.id.clone()).or_default();
                     let v = match stats {
@@ -437,17 +449,7 @@ impl Control {
                         .as_object()
                         .map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum());
                     let bytes = v["body_bytes_sent"].as_u64().unwrap_or(0);
-                    let (lr, lb) = rt
-                        .counters
-                        .insert(i.id.clone(), (requests, bytes))
-                        .unwrap_or((0, 0));
-                    // A restarted instance starts from zero again.
-                    let dr = if requests >= lr {
-                        requests - lr
-                    } else {
-                        requests
-                    };
-                    let db = if bytes >= lb { bytes - lb } else { bytes };
+                    let (dr, db) = rt.count(&i.id, v["boot_ms"].as_u64(), requests, bytes);
                     usage.requests += dr;
                     usage.bytes += db;
                     rt.connections
@@ -505,6 +507,44 @@ impl Control {
             }
             self.autoscale(&s, &loads).await;
         }
+    }
+
+    /// Whether `GET /stats` may be polled now: `vcdn up` allows it and
+    /// the operator's settings leave it on.
+    async fn stats_polling(&self) -> bool {
+        self.cfg.stats_polling
+            && self
+                .settings()
+                .await
+                .map_or(true, |s| s.telemetry.stats_polling)
+    }
+
+    /// A cache's `/stats` document: its freshest `edge.stats` record (see
+    /// [`crate::telemetry`]), else (when polling is on) a poll. A record
+    /// that names another process than the instance's (its identity
+    /// carries the launch's nonce) is not its usage.
+    async fn cache_stats(
+        &self,
+        i: &Instance,
+        auth: &str,
+        polling: bool,
+    ) -> Result<serde_json::Value, String> {
+        if let Some(t) = &self.cfg.telemetry {
+            if let Some(r) = t.fresh_stats(&i.id, crate::telemetry::FRESH) {
+                if deployer::claimed_identity(&r.data) == i.identity() {
+                    self.metrics.stats_telemetry.fetch_add(1, Ordering::Relaxed);
+                    return Ok(r.data);
+                }
+            }
+        }
+        if !polling {
+            return Err(format!(
+                "no edge.stats record in the last {:.1} s (/stats polling is off)",
+                crate::telemetry::FRESH.as_secs_f64()
+            ));
+        }
+        self.metrics.stats_polled.fetch_add(1, Ordering::Relaxed);
+        instance_stats(&self.admin, i, auth).await
     }
 
     /// Polls a service's proxies' `/stats` like the caches': their
@@ -839,6 +879,21 @@ impl Control {
         let mut left = 0.0;
         if i.admin.parse::<SocketAddr>().is_ok() {
             while t0.elapsed() < DRAIN {
+                // Its records say it as well as a poll.
+                if let Some(r) = self
+                    .cfg
+                    .telemetry
+                    .as_ref()
+                    .and_then(|t| t.fresh_stats(&i.id, Duration::from_millis(500)))
+                    .filter(|r| deployer::claimed_identity(&r.data) == i.identity())
+                {
+                    left = r.data["connections_open"].as_f64().unwrap_or(0.0);
+                    if left < 1.0 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
                 let r = deployer::instance_request(
                     &self.admin,
                     &i,
@@ -876,6 +931,7 @@ impl Control {
         self.persist(&snap).await;
         if let Some(rt) = self.runtime.lock().get_mut(id) {
             rt.counters.remove(&i.id);
+            rt.boots.remove(&i.id);
             rt.connections.remove(&i.id);
             rt.last_load.remove(&i.id);
         }
