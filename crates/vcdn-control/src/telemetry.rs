@@ -7,9 +7,10 @@
 //!   restarts, like the internal CA; every cache is started with a copy
 //!   without the private key ([`Telemetry::member_keys_json`]), so a cache
 //!   can publish but never act as the tracker.
-//! - **Tracker and consumer.** One agent, roles tracker and p2p-consumer
+//! - **Tracker and consumer.** Two agents: the tracker, and a p2p-consumer
 //!   of `edge.stats` and `edge.events`, each into a UDP socket of this
-//!   process. Every datagram is checked with [`record::open`] (MAC under
+//!   process (a node does not hear its own datagrams, so the tracker could
+//!   not serve a subscription of its own node). Every datagram is checked with [`record::open`] (MAC under
 //!   the deployment's key), then offered to a [`Latest`] table: a record
 //!   not newer than the held one by `(incarnation, sequence)` is a
 //!   duplicate or late and is refused, and only sources that are instances
@@ -103,11 +104,12 @@ struct State {
     events: Table,
 }
 
-/// The control plane's telemetry: keys, agent, received records.
+/// The control plane's telemetry: keys, agents, received records.
 pub struct Telemetry {
     pub options: TelemetryOptions,
     member_json: String,
-    agent: Agent,
+    tracker: Agent,
+    consumer: Agent,
     keys: Arc<Keyring>,
     state: Mutex<State>,
     pub stats_counters: RecordCounters,
@@ -132,7 +134,7 @@ pub fn deployment_keys(dir: &Path) -> Result<KeyFile, String> {
 }
 
 impl Telemetry {
-    /// Starts the agent (tracker, consumer of `edge.stats` and
+    /// Starts the agents (tracker; consumer of `edge.stats` and
     /// `edge.events`) and the receiving tasks on the current runtime.
     pub async fn start(
         keys: &KeyFile,
@@ -148,7 +150,26 @@ impl Telemetry {
         let stats_sock = bind(()).await?;
         let events_sock = bind(()).await?;
         let port = |s: &UdpSocket| s.local_addr().map(|a| a.port()).map_err(|e| e.to_string());
-        let mut cfg = AgentConfig::loopback("control", vec![Role::Tracker, Role::P2pConsumer]);
+        // Two agents: the tracker does not hear its own node's SUBSCRIBE
+        // (a node ignores its own datagrams), so the consumer is a node of
+        // its own, as it would be on another host.
+        let mut tcfg = AgentConfig::loopback("control-tracker", vec![Role::Tracker]);
+        tcfg.discovery_port = options.discovery_port;
+        tcfg.broadcast = options.broadcast;
+        let tracker = Agent::start(tcfg, keyring.clone())
+            .await
+            .map_err(|e| format!("cannot start the telemetry tracker: {e}"))?;
+        tracker.become_authority(
+            AuthorityKind::Tracker,
+            Authority {
+                epoch: crate::control::now_ms(),
+                bootstrap: None,
+                cluster_id: None,
+                controller: None,
+                generation: 0,
+            },
+        );
+        let mut cfg = AgentConfig::loopback("control", vec![Role::P2pConsumer]);
         cfg.discovery_port = options.discovery_port;
         cfg.broadcast = options.broadcast;
         cfg.subscribe = vec![
@@ -163,19 +184,9 @@ impl Telemetry {
                 host: None,
             },
         ];
-        let agent = Agent::start(cfg, keyring.clone())
+        let consumer = Agent::start(cfg, keyring.clone())
             .await
             .map_err(|e| format!("cannot start the telemetry agent: {e}"))?;
-        agent.become_authority(
-            AuthorityKind::Tracker,
-            Authority {
-                epoch: crate::control::now_ms(),
-                bootstrap: None,
-                cluster_id: None,
-                controller: None,
-                generation: 0,
-            },
-        );
         let table = || Table {
             latest: Latest::new(MAX_SOURCES),
             arrived: HashMap::new(),
@@ -183,7 +194,8 @@ impl Telemetry {
         let t = Arc::new(Telemetry {
             options,
             member_json,
-            agent,
+            tracker,
+            consumer,
             keys: keyring,
             state: Mutex::new(State {
                 known: HashSet::new(),
@@ -289,10 +301,18 @@ impl Telemetry {
         self.state.lock().events.latest.get(id).cloned()
     }
 
-    /// Prometheus lines: the agent's, and what became of the records.
+    /// Prometheus lines: the agents' (label `agent`), and what became of
+    /// the records.
     pub fn render(&self, out: &mut String) {
         use std::fmt::Write;
-        self.agent.metrics().render(out);
+        for (i, (name, a)) in [("tracker", &self.tracker), ("consumer", &self.consumer)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut text = String::new();
+            a.metrics().render(&mut text);
+            labelled(&text, name, i == 0, out);
+        }
         let _ = writeln!(
             out,
             "# HELP vcdn_control_telemetry_records_total Telemetry records received, by topic and what became of them.\n# TYPE vcdn_control_telemetry_records_total counter"
@@ -341,6 +361,34 @@ impl std::fmt::Debug for Telemetry {
         f.debug_struct("Telemetry")
             .field("options", &self.options)
             .finish_non_exhaustive()
+    }
+}
+
+/// `text`'s samples with an `agent` label (its `#` lines only if
+/// `comments`, so that each series is declared once).
+fn labelled(text: &str, agent: &str, comments: bool, out: &mut String) {
+    for l in text.lines() {
+        if l.starts_with('#') {
+            if comments {
+                out.push_str(l);
+                out.push('\n');
+            }
+            continue;
+        }
+        match (l.find('{'), l.find(' ')) {
+            (Some(b), _) => {
+                out.push_str(&l[..=b]);
+                out.push_str(&format!("agent=\"{agent}\","));
+                out.push_str(&l[b + 1..]);
+            }
+            (None, Some(sp)) => {
+                out.push_str(&l[..sp]);
+                out.push_str(&format!("{{agent=\"{agent}\"}}"));
+                out.push_str(&l[sp..]);
+            }
+            (None, None) => out.push_str(l),
+        }
+        out.push('\n');
     }
 }
 
