@@ -850,10 +850,13 @@ impl Control {
         }
         self.runtime
             .lock()
-            .entry(s.id)
+            .entry(s.id.clone())
             .or_default()
             .reported_mos
             .insert(region.to_string(), (mos, Instant::now()));
+        if let Some(t) = &self.cfg.telemetry {
+            t.publish_qoe(&s.id, region, mos);
+        }
         Ok(())
     }
 

@@ -175,7 +175,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         vcdn_http::tls::parse_chain(internal_ca.ca.cert_pem.as_bytes())
             .map_err(|e| e.to_string())?,
     );
-    let (_router, l) = vcdn_router::start(
+    let (router, l) = vcdn_router::start(
         rcfg,
         vcdn_router::RouterOptions {
             dns: o.dns,
@@ -244,6 +244,12 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         .await
         .map_err(|e| e.to_string())?;
     control.reconcile().await;
+    if let Some(t) = &control.cfg.telemetry {
+        tokio::spawn(telemetry::publish_router_decisions(
+            Arc::downgrade(t),
+            router.clone(),
+        ));
+    }
     tokio::spawn(supervisor::run(control.clone()));
     tokio::spawn(chain_controller::run(control.clone()));
     tokio::spawn(certificates::run(control.clone()));

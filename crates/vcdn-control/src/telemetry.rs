@@ -36,7 +36,10 @@ use vcdn_telemetry::agent::{Agent, AgentConfig};
 use vcdn_telemetry::envelope::Reject;
 use vcdn_telemetry::keys::{KeyFile, Keyring};
 use vcdn_telemetry::message::{Authority, AuthorityKind, Role, Subscription};
-use vcdn_telemetry::record::{self, Latest, Record, TOPIC_EDGE_EVENTS, TOPIC_EDGE_STATS};
+use vcdn_telemetry::record::{
+    self, Latest, Record, TOPIC_EDGE_EVENTS, TOPIC_EDGE_STATS, TOPIC_QOE_REPORTS,
+    TOPIC_ROUTER_DECISIONS,
+};
 
 /// The key file in the data directory.
 pub const KEY_FILE: &str = "telemetry-keys.json";
@@ -118,6 +121,11 @@ pub struct Telemetry {
     events_by_kind: Mutex<HashMap<String, u64>>,
     /// Woken when a new `edge.stats` record is kept.
     pub fresh: tokio::sync::Notify,
+    /// This process's incarnation (its records' `inc`).
+    boot_ms: u64,
+    /// The last sequence number of each source this process publishes as
+    /// (`control` for QoE reports, `router` for routing decisions).
+    seqs: Mutex<HashMap<&'static str, u64>>,
 }
 
 /// The deployment's key file in `dir`: read, or made and written (0600)
@@ -169,7 +177,11 @@ impl Telemetry {
                 generation: 0,
             },
         );
-        let mut cfg = AgentConfig::loopback("control", vec![Role::P2pConsumer]);
+        let mut cfg = AgentConfig::loopback(
+            "control",
+            vec![Role::P2pConsumer, Role::P2pProducer],
+        );
+        cfg.publish = vec![TOPIC_QOE_REPORTS.into(), TOPIC_ROUTER_DECISIONS.into()];
         cfg.discovery_port = options.discovery_port;
         cfg.broadcast = options.broadcast;
         cfg.subscribe = vec![
@@ -206,6 +218,8 @@ impl Telemetry {
             events_counters: RecordCounters::default(),
             events_by_kind: Mutex::new(HashMap::new()),
             fresh: tokio::sync::Notify::new(),
+            boot_ms: crate::control::now_ms(),
+            seqs: Mutex::new(HashMap::new()),
         });
         tokio::spawn(receive(Arc::downgrade(&t), stats_sock, TOPIC_EDGE_STATS));
         tokio::spawn(receive(Arc::downgrade(&t), events_sock, TOPIC_EDGE_EVENTS));
@@ -285,6 +299,50 @@ impl Telemetry {
         kept
     }
 
+    /// Publishes a record on `topic` as `source` (without waiting: no
+    /// destination yet, or a full socket buffer, drops it). Returns how
+    /// many destinations it went to.
+    pub fn publish(
+        &self,
+        topic: &str,
+        source: &'static str,
+        service: Option<String>,
+        data: serde_json::Value,
+    ) -> usize {
+        let seq = {
+            let mut seqs = self.seqs.lock();
+            let s = seqs.entry(source).or_default();
+            *s += 1;
+            *s
+        };
+        let r = Record {
+            source: source.to_string(),
+            service,
+            inc: self.boot_ms,
+            seq,
+            ts: crate::control::now_ms(),
+            data,
+        };
+        let frame = record::seal(&self.keys, &r);
+        if frame.len() > record::MAX_RECORD {
+            tracing::warn!(topic, bytes = frame.len(), "telemetry record too large; not sent");
+            return 0;
+        }
+        self.consumer.publish(topic, &frame)
+    }
+
+    /// A player's QoE report (`POST /v1/services/{id}/qoe`) as a
+    /// `qoe.reports` record, for whoever subscribes (the supervisor takes
+    /// the report from the API directly, so it does not consume these).
+    pub fn publish_qoe(&self, service: &str, region: &str, mos: f64) {
+        self.publish(
+            TOPIC_QOE_REPORTS,
+            "control",
+            Some(service.to_string()),
+            serde_json::json!({"region": region, "mos": mos}),
+        );
+    }
+
     /// An instance's newest `edge.stats` record, if it arrived within
     /// `max_age`.
     pub fn fresh_stats(&self, id: &str, max_age: Duration) -> Option<Record> {
@@ -361,6 +419,29 @@ impl std::fmt::Debug for Telemetry {
         f.debug_struct("Telemetry")
             .field("options", &self.options)
             .finish_non_exhaustive()
+    }
+}
+
+/// How often the embedded router's decisions are published.
+pub const ROUTER_DECISIONS_EVERY: Duration = Duration::from_secs(1);
+
+/// Publishes the embedded router's routing decisions as `router.decisions`
+/// records (source `router`), one per service every
+/// [`ROUTER_DECISIONS_EVERY`]: cumulative counts per region and cache
+/// ([`vcdn_router::metrics::decisions`]), never one datagram per request.
+pub async fn publish_router_decisions(
+    t: std::sync::Weak<Telemetry>,
+    router: Arc<vcdn_router::state::Router>,
+) {
+    let mut tick = tokio::time::interval(ROUTER_DECISIONS_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(t) = t.upgrade() else { return };
+        for d in vcdn_router::metrics::decisions(&router.snapshot()) {
+            let service = d["service"].as_str().map(str::to_string);
+            t.publish(TOPIC_ROUTER_DECISIONS, "router", service, d);
+        }
     }
 }
 

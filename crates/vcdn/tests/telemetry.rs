@@ -8,6 +8,8 @@
 //!   plane through telemetry, and the usage it bills is what they served;
 //! - a forged `edge.stats` datagram (another key) and one from a source
 //!   that is no instance change nothing and are counted;
+//! - the API publishes players' QoE reports (`qoe.reports`) and the router
+//!   its routing decisions (`router.decisions`) to whoever subscribes;
 //! - a cache killed and restarted (a new incarnation) is not counted twice;
 //! - with `/stats` polling off, the supervisor scales a service out from
 //!   telemetry alone, and the time from a load step to the decision is
@@ -25,8 +27,10 @@ use support::eventually;
 use support::up::{caches, free_port, Up, OP};
 use vcdn_telemetry::agent::{Agent, AgentConfig};
 use vcdn_telemetry::keys::KeyFile;
-use vcdn_telemetry::message::Role;
-use vcdn_telemetry::record::{self, Record, TOPIC_EDGE_STATS};
+use vcdn_telemetry::message::{Role, Subscription};
+use vcdn_telemetry::record::{
+    self, Record, TOPIC_EDGE_STATS, TOPIC_QOE_REPORTS, TOPIC_ROUTER_DECISIONS,
+};
 
 /// A small capacity model: one vCPU keeps MOS >= 4 for 20 HD sessions.
 fn small_model(dir: &Path) -> String {
@@ -281,6 +285,83 @@ async fn caches_publish_their_counters_and_forgeries_and_restarts_change_nothing
         "a forged load of 10000 connections scaled the service"
     );
     spy.shutdown().await;
+
+    // What the API and the router publish: a consumer of qoe.reports and
+    // router.decisions gets a player's report and the router's counts.
+    let mut cfg = AgentConfig::loopback("watcher", vec![Role::P2pConsumer]);
+    cfg.discovery_port = port;
+    let inbox = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    cfg.subscribe = [TOPIC_QOE_REPORTS, TOPIC_ROUTER_DECISIONS]
+        .iter()
+        .map(|t| Subscription {
+            topic: t.to_string(),
+            port: inbox.local_addr().unwrap().port(),
+            host: None,
+        })
+        .collect();
+    let watcher = Agent::start(cfg, keys.clone()).await.unwrap();
+    let router_http = SocketAddr::from(([127, 0, 0, 1], up.ports[1]));
+    let routed = vcdn_http::client::request(
+        router_http,
+        "GET",
+        "/size/1000",
+        &[("Host", "feed.example")],
+        b"",
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("the router answers");
+    assert_eq!(routed.status(), 302);
+    let (mut qoe, mut routed_counts) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut buf = vec![0u8; 65536];
+    let mut reported = Instant::now() - Duration::from_secs(10);
+    while (qoe.is_none() || routed_counts.is_none()) && Instant::now() < deadline {
+        // Reported again each second until the watcher is a destination.
+        if qoe.is_none() && reported.elapsed() > Duration::from_secs(1) {
+            reported = Instant::now();
+            let (st, _) = up
+                .call(
+                    &up.demo_key(),
+                    "POST",
+                    &format!("/v1/services/{id}/qoe"),
+                    Some(json!({"region": "paris", "mos": 4.2})),
+                )
+                .await;
+            assert_eq!(st, 204);
+        }
+        let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_millis(300), inbox.recv_from(&mut buf)).await
+        else {
+            continue;
+        };
+        let r = record::open(&keys, &buf[..n]).expect("records are sealed with the key");
+        match r.source.as_str() {
+            "control" => qoe = Some(r),
+            "router" => {
+                let n: u64 = r.data["regions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|g| g["caches"].as_array().cloned().unwrap_or_default())
+                    .map(|c| c["edge"].as_u64().unwrap_or(0) + c["origin"].as_u64().unwrap_or(0))
+                    .sum();
+                if r.service.as_deref() == Some(id.as_str()) && n >= 1 {
+                    routed_counts = Some(r);
+                }
+            }
+            other => panic!("a record of {other} on qoe.reports or router.decisions"),
+        }
+    }
+    let qoe = qoe.expect("no qoe.reports record");
+    assert_eq!(qoe.service.as_deref(), Some(id.as_str()));
+    assert_eq!(qoe.data["mos"].as_f64(), Some(4.2));
+    assert_eq!(qoe.data["region"], "paris");
+    assert!(
+        routed_counts.is_some(),
+        "no router.decisions record counting the routed request"
+    );
+    watcher.shutdown().await;
 
     // A new incarnation: the cache is killed and replaced (its counters
     // start from zero); nothing is counted twice, nothing lost.
