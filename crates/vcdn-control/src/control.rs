@@ -130,11 +130,11 @@ pub(crate) struct Runtime {
 
 impl Runtime {
     /// What an instance served since its counters were last seen: the
-    /// increase of its cumulative (requests, bytes). Counters of a new
-    /// incarnation (another `boot_ms`) are all new; within one
-    /// incarnation counters never go down, so a lower value (an older
-    /// document) adds nothing. Without `boot_ms` (an older cache), a
-    /// decrease is taken for a restart.
+    /// increase of its cumulative (requests, bytes). Counters of a later
+    /// incarnation (a higher `boot_ms`) are all new; a document of an
+    /// earlier one, or an older document of the same one (a lower count),
+    /// adds nothing. Without `boot_ms` (an older cache), a decrease is
+    /// taken for a restart.
     pub(crate) fn count(
         &mut self,
         id: &str,
@@ -143,18 +143,24 @@ impl Runtime {
         bytes: u64,
     ) -> (u64, u64) {
         let (mut lr, mut lb) = self.counters.get(id).copied().unwrap_or((0, 0));
-        let restarted = match boot {
-            Some(b) => {
-                let before = self.boots.insert(id.to_string(), b);
+        let restarted = match (boot, self.boots.get(id).copied()) {
+            // A document of an earlier incarnation than one already
+            // counted (a late record): nothing new in it.
+            (Some(b), Some(before)) if b < before => return (0, 0),
+            (Some(b), before) => {
+                self.boots.insert(id.to_string(), b);
                 before.is_some_and(|x| x != b)
             }
-            None => requests < lr || bytes < lb,
+            (None, _) => requests < lr || bytes < lb,
         };
         if restarted {
             (lr, lb) = (0, 0);
         }
         let (dr, db) = (requests.saturating_sub(lr), bytes.saturating_sub(lb));
-        let keep = (requests.max(if restarted { 0 } else { lr }), bytes.max(if restarted { 0 } else { lb }));
+        let keep = (
+            requests.max(if restarted { 0 } else { lr }),
+            bytes.max(if restarted { 0 } else { lb }),
+        );
         self.counters.insert(id.to_string(), keep);
         (dr, db)
     }
@@ -873,4 +879,31 @@ impl Control {
 
 pub(crate) fn fmt_pid(p: Option<u32>) -> String {
     p.map_or("-".into(), |p| p.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Runtime;
+
+    /// Cumulative counters by incarnation: a repeat, an older document or
+    /// a restart never counts anything twice, and a restart's new counts
+    /// are all new.
+    #[test]
+    fn counters_count_once_across_repeats_late_documents_and_restarts() {
+        let mut rt = Runtime::default();
+        assert_eq!(rt.count("i-1", Some(100), 20, 2000), (20, 2000));
+        assert_eq!(rt.count("i-1", Some(100), 20, 2000), (0, 0), "same again");
+        assert_eq!(rt.count("i-1", Some(100), 15, 1500), (0, 0), "an older one");
+        assert_eq!(rt.count("i-1", Some(100), 25, 2500), (5, 500));
+        assert_eq!(rt.count("i-1", Some(200), 3, 300), (3, 300), "restarted");
+        assert_eq!(
+            rt.count("i-1", Some(100), 99, 9900),
+            (0, 0),
+            "the old boot's"
+        );
+        assert_eq!(rt.count("i-1", Some(200), 10, 1000), (7, 700));
+        // Without an incarnation (an older cache): a decrease is a restart.
+        assert_eq!(rt.count("i-2", None, 50, 10), (50, 10));
+        assert_eq!(rt.count("i-2", None, 4, 1), (4, 1));
+    }
 }

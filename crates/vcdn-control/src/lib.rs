@@ -214,7 +214,9 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         None => None,
     };
     if telemetry.is_none() && !o.stats_polling {
-        return Err("--no-stats-polling needs telemetry (the supervisor would see no instance)".into());
+        return Err(
+            "--no-stats-polling needs telemetry (the supervisor would see no instance)".into(),
+        );
     }
     let cfg = ControlConfig {
         telemetry,

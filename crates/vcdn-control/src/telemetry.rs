@@ -177,10 +177,7 @@ impl Telemetry {
                 generation: 0,
             },
         );
-        let mut cfg = AgentConfig::loopback(
-            "control",
-            vec![Role::P2pConsumer, Role::P2pProducer],
-        );
+        let mut cfg = AgentConfig::loopback("control", vec![Role::P2pConsumer, Role::P2pProducer]);
         cfg.publish = vec![TOPIC_QOE_REPORTS.into(), TOPIC_ROUTER_DECISIONS.into()];
         cfg.discovery_port = options.discovery_port;
         cfg.broadcast = options.broadcast;
@@ -325,7 +322,11 @@ impl Telemetry {
         };
         let frame = record::seal(&self.keys, &r);
         if frame.len() > record::MAX_RECORD {
-            tracing::warn!(topic, bytes = frame.len(), "telemetry record too large; not sent");
+            tracing::warn!(
+                topic,
+                bytes = frame.len(),
+                "telemetry record too large; not sent"
+            );
             return 0;
         }
         self.consumer.publish(topic, &frame)
@@ -403,7 +404,10 @@ impl Telemetry {
             .collect();
         ev.sort();
         for (k, v) in ev {
-            let _ = writeln!(out, "vcdn_control_telemetry_events_total{{event=\"{k}\"}} {v}");
+            let _ = writeln!(
+                out,
+                "vcdn_control_telemetry_events_total{{event=\"{k}\"}} {v}"
+            );
         }
         let s = self.state.lock();
         let _ = writeln!(

@@ -70,7 +70,11 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 12555, env = "VCDN_TELEMETRY_DISCOVERY_PORT")]
     telemetry_discovery_port: u16,
     /// Where telemetry discovery broadcasts go (the caches' segment).
-    #[arg(long, default_value = "127.255.255.255", env = "VCDN_TELEMETRY_BROADCAST")]
+    #[arg(
+        long,
+        default_value = "127.255.255.255",
+        env = "VCDN_TELEMETRY_BROADCAST"
+    )]
     telemetry_broadcast: std::net::IpAddr,
     /// Never poll the instances' GET /stats: telemetry alone (an instance
     /// with no fresh edge.stats record for 30 s counts as unresponsive).

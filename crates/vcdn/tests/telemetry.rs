@@ -94,7 +94,9 @@ async fn order(up: &Up, name: &str, region: &str, users: u32) -> String {
     let spec = json!({"name": name, "origin": format!("http://{}", up.origin),
         "hostname": format!("{name}.example"), "flavor": "elastic",
         "regions": [{"region": region, "peak_users": users}], "quality": {"min_mos": 4.0}});
-    let (st, s) = up.call(&up.demo_key(), "POST", "/v1/services", Some(spec)).await;
+    let (st, s) = up
+        .call(&up.demo_key(), "POST", "/v1/services", Some(spec))
+        .await;
     assert_eq!(st, 201, "{s}");
     let id = s["id"].as_str().unwrap().to_string();
     assert!(
@@ -168,8 +170,8 @@ async fn caches_publish_their_counters_and_forgeries_and_restarts_change_nothing
     .await;
     if !fed {
         let m = up.api_client().get("/metrics").await.text();
-        let log = std::fs::read_to_string(up.dir.join(format!("logs/{iid}.log")))
-            .unwrap_or_default();
+        let log =
+            std::fs::read_to_string(up.dir.join(format!("logs/{iid}.log"))).unwrap_or_default();
         panic!(
             "no edge.stats record reached the control plane:\n{}\ncache log:\n{log}",
             m.lines()
@@ -179,12 +181,7 @@ async fn caches_publish_their_counters_and_forgeries_and_restarts_change_nothing
         );
     }
     assert!(
-        metric(
-            &up,
-            "vcdn_control_telemetry_events_total{event=\"start\"}"
-        )
-        .await
-            >= 1.0,
+        metric(&up, "vcdn_control_telemetry_events_total{event=\"start\"}").await >= 1.0,
         "the cache's start event did not arrive"
     );
     let r = up
@@ -222,7 +219,10 @@ async fn caches_publish_their_counters_and_forgeries_and_restarts_change_nothing
     cfg.publish = vec![TOPIC_EDGE_STATS.into()];
     let spy = Agent::start(cfg, keys.clone()).await.unwrap();
     assert!(
-        eventually(10, || async { !spy.destinations(TOPIC_EDGE_STATS).is_empty() }).await,
+        eventually(10, || async {
+            !spy.destinations(TOPIC_EDGE_STATS).is_empty()
+        })
+        .await,
         "the test's agent got no destination for edge.stats"
     );
     let dests = spy.destinations(TOPIC_EDGE_STATS);
