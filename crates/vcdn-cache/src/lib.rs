@@ -70,6 +70,7 @@ impl Running {
     /// no HTTP/2 connection is left or the time is up; the caller then
     /// exits (HTTP/1.1 connections end with the process, as before).
     pub fn drain(&self) {
+        telemetry::drain_event(&self.cache);
         self.cache.drain();
         let until = std::time::Instant::now()
             + std::time::Duration::from_millis(self.cache.cfg.drain_timeout_ms);

@@ -50,7 +50,7 @@ pub struct Cache {
     /// supervisor tells a restarted cache's counters from a late record.
     pub boot_ms: u64,
     /// The telemetry agent, once it runs (for `/metrics`).
-    pub telemetry: std::sync::OnceLock<std::sync::Arc<vcdn_telemetry::agent::Agent>>,
+    pub telemetry: std::sync::OnceLock<std::sync::Arc<crate::telemetry::Publisher>>,
     /// Set when the cache shuts down: HTTP/2 connections send GOAWAY and
     /// finish their open streams (see [`Cache::drain`]).
     pub draining: tokio::sync::watch::Sender<bool>,

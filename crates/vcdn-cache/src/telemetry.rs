@@ -15,11 +15,12 @@
 //! [`Agent::publish`] sends without waiting: a full socket buffer drops
 //! the datagram and counts it.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use vcdn_telemetry::agent::{Agent, AgentConfig};
-use vcdn_telemetry::keys::KeyFile;
+use vcdn_telemetry::keys::{KeyFile, Keyring};
 use vcdn_telemetry::message::Role;
 use vcdn_telemetry::record::{self, Record, TOPIC_EDGE_EVENTS, TOPIC_EDGE_STATS};
 
@@ -33,6 +34,45 @@ fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The cache's publisher: the agent and what every record carries.
+pub struct Publisher {
+    agent: Agent,
+    keys: Arc<Keyring>,
+    node: String,
+    boot_ms: u64,
+    seq: AtomicU64,
+}
+
+impl Publisher {
+    /// Seals `data` as this cache's next record and sends it to the
+    /// topic's destinations without waiting (callable from any thread);
+    /// returns how many it went to.
+    pub fn publish(&self, topic: &str, data: serde_json::Value) -> usize {
+        let r = Record {
+            source: self.node.clone(),
+            service: None,
+            inc: self.boot_ms,
+            seq: self.seq.fetch_add(1, Relaxed) + 1,
+            ts: wall_ms(),
+            data,
+        };
+        let f = record::seal(&self.keys, &r);
+        if f.len() > record::MAX_RECORD {
+            tracing::warn!(
+                topic,
+                bytes = f.len(),
+                "telemetry record too large; not sent"
+            );
+            return 0;
+        }
+        self.agent.publish(topic, &f)
+    }
+
+    pub fn agent(&self) -> &Agent {
+        &self.agent
+    }
 }
 
 /// Starts the agent's thread if the cache was given telemetry keys. The key
@@ -81,73 +121,54 @@ pub fn start(cache: &Arc<Cache>) -> Result<Option<std::thread::JoinHandle<()>>, 
             };
             rt.block_on(async move {
                 let agent = match Agent::start(acfg, keys.clone()).await {
-                    Ok(a) => Arc::new(a),
+                    Ok(a) => a,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot start the telemetry agent");
                         return;
                     }
                 };
-                let _ = cache.telemetry.set(agent.clone());
-                publish_loop(&cache, &agent, &keys, &node, interval).await;
+                let p = Arc::new(Publisher {
+                    agent,
+                    keys,
+                    node,
+                    boot_ms: cache.boot_ms,
+                    seq: AtomicU64::new(0),
+                });
+                let _ = cache.telemetry.set(p.clone());
+                publish_loop(&cache, &p, interval).await;
             });
         })
         .map(Some)
         .map_err(|e| format!("cannot start the telemetry thread: {e}"))
 }
 
-async fn publish_loop(
-    cache: &Cache,
-    agent: &Agent,
-    keys: &vcdn_telemetry::keys::Keyring,
-    node: &str,
-    interval: Duration,
-) {
-    let mut seq = 0u64;
-    let mut record = |data: serde_json::Value| {
-        seq += 1;
-        let r = Record {
-            source: node.to_string(),
-            service: None,
-            inc: cache.boot_ms,
-            seq,
-            ts: wall_ms(),
-            data,
-        };
-        record::seal(keys, &r)
-    };
+async fn publish_loop(cache: &Cache, p: &Publisher, interval: Duration) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut draining = cache.draining.subscribe();
     let mut started_sent = false;
-    let mut drain_sent = false;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            r = draining.wait_for(|d| *d), if !drain_sent => {
-                if r.is_ok() {
-                    drain_sent = true;
-                    let f = record(serde_json::json!({"event": "drain"}));
-                    agent.publish(TOPIC_EDGE_EVENTS, &f);
-                }
-                continue;
-            }
-        }
+        tick.tick().await;
         if !started_sent {
-            let f = record(serde_json::json!({"event": "start", "boot_ms": cache.boot_ms}));
-            started_sent = agent.publish(TOPIC_EDGE_EVENTS, &f) > 0;
+            started_sent = p.publish(
+                TOPIC_EDGE_EVENTS,
+                serde_json::json!({"event": "start", "boot_ms": cache.boot_ms}),
+            ) > 0;
         }
-        let f = record(crate::admin::stats(cache));
-        if f.len() > record::MAX_RECORD {
-            tracing::warn!(bytes = f.len(), "edge.stats record too large; not sent");
-            continue;
-        }
-        agent.publish(TOPIC_EDGE_STATS, &f);
+        p.publish(TOPIC_EDGE_STATS, crate::admin::stats(cache));
+    }
+}
+
+/// The `drain` event, sent at once from the thread that starts the drain
+/// (the process may exit right after).
+pub fn drain_event(cache: &Cache) {
+    if let Some(p) = cache.telemetry.get() {
+        p.publish(TOPIC_EDGE_EVENTS, serde_json::json!({"event": "drain"}));
     }
 }
 
 /// The agent's lines for the cache's `/metrics`.
 pub fn render(cache: &Cache, out: &mut String) {
-    if let Some(a) = cache.telemetry.get() {
-        a.metrics().render(out);
+    if let Some(p) = cache.telemetry.get() {
+        p.agent().metrics().render(out);
     }
 }

@@ -10,7 +10,8 @@
 //!   that is no instance change nothing and are counted;
 //! - the API publishes players' QoE reports (`qoe.reports`) and the router
 //!   its routing decisions (`router.decisions`) to whoever subscribes;
-//! - a cache killed and restarted (a new incarnation) is not counted twice;
+//! - a cache killed and restarted (a new incarnation) is not counted twice,
+//!   and one stopped says it drains (`edge.events`);
 //! - with `/stats` polling off, the supervisor scales a service out from
 //!   telemetry alone, and the time from a load step to the decision is
 //!   printed beside the same step under polling alone.
@@ -388,6 +389,22 @@ async fn caches_publish_their_counters_and_forgeries_and_restarts_change_nothing
         metric(&up, "vcdn_control_telemetry_events_total{event=\"start\"}").await >= 2.0,
         "the replacement's start event did not arrive"
     );
+
+    // Deleted: its cache is stopped (SIGTERM) and says it drains.
+    let (st, v) = up
+        .call(
+            &up.demo_key(),
+            "DELETE",
+            &format!("/v1/services/{id}"),
+            None,
+        )
+        .await;
+    assert!(st < 300, "{v}");
+    let drained = eventually(10, || async {
+        metric(&up, "vcdn_control_telemetry_events_total{event=\"drain\"}").await >= 1.0
+    })
+    .await;
+    assert!(drained, "no drain event from the stopped cache");
 }
 
 /// Time from a step of 40 viewers' connections (two instances' worth) on
