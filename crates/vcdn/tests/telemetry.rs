@@ -510,3 +510,48 @@ async fn the_supervisor_scales_out_from_telemetry_alone_with_polling_off() {
         "telemetry {by_telemetry:?} vs polling {by_polling:?}"
     );
 }
+
+/// With polling off, telemetry is the liveness signal too: a cache that
+/// stops publishing (SIGSTOP: its process is there, its records are not)
+/// is taken for hung after the unresponsive window and replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_polling_off_a_silent_cache_is_taken_for_hung_and_replaced() {
+    let model_dir = support::tempdir("telemetry-silent-model");
+    let model = small_model(&model_dir);
+    let (up, _) = up("telemetry-silent", &model, true, &["--no-stats-polling"]);
+    let id = order(&up, "silent", "lyon", 10).await;
+    let inst = instances(&service(&up, &id).await)[0].clone();
+    let pid = inst["pid"].as_u64().unwrap();
+    assert!(
+        eventually(10, || async {
+            metric(&up, "vcdn_control_instance_stats_telemetry_total").await > 0.0
+        })
+        .await,
+        "no edge.stats record used"
+    );
+    // SAFETY: signalling the instance process.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let t0 = Instant::now();
+    let replaced = eventually(60, || async {
+        let i = &instances(&service(&up, &id).await)[0];
+        i["pid"].as_u64().is_some_and(|p| p != pid) && i["state"] == "running"
+    })
+    .await;
+    // SAFETY: signalling a process id (gone if it was replaced).
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    assert!(replaced, "the silent cache was not replaced");
+    let took = t0.elapsed();
+    let (_, ev) = up
+        .call(OP, "GET", &format!("/v1/services/{id}/events"), None)
+        .await;
+    let ev = ev.to_string();
+    assert!(
+        ev.contains("unresponsive") && ev.contains("no edge.stats record"),
+        "{ev}"
+    );
+    assert!(
+        took >= Duration::from_secs(25),
+        "replaced after {took:?}, before the unresponsive window"
+    );
+    eprintln!("a silent cache was replaced after {took:?}");
+}
