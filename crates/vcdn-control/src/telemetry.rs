@@ -119,8 +119,6 @@ pub struct Telemetry {
     pub events_counters: RecordCounters,
     /// Events received, by kind (`start`, `drain`, other).
     events_by_kind: Mutex<HashMap<String, u64>>,
-    /// Woken when a new `edge.stats` record is kept.
-    pub fresh: tokio::sync::Notify,
     /// This process's incarnation (its records' `inc`).
     boot_ms: u64,
     /// The last sequence number of each source this process publishes as
@@ -214,7 +212,6 @@ impl Telemetry {
             stats_counters: RecordCounters::default(),
             events_counters: RecordCounters::default(),
             events_by_kind: Mutex::new(HashMap::new()),
-            fresh: tokio::sync::Notify::new(),
             boot_ms: crate::control::now_ms(),
             seqs: Mutex::new(HashMap::new()),
         });
@@ -287,9 +284,6 @@ impl Telemetry {
         };
         if kept {
             counters.accepted.fetch_add(1, Relaxed);
-            if stats {
-                self.fresh.notify_waiters();
-            }
         } else {
             counters.duplicate.fetch_add(1, Relaxed);
         }
