@@ -144,6 +144,7 @@ pub fn stats(cache: &Cache) -> Value {
     json!({
         "instance_id": cache.cfg.instance_id,
         "uptime_s": cache.started.elapsed().as_secs(),
+        "boot_ms": cache.boot_ms,
         "requests": results,
         "hit_ratio": if lookups == 0 { 0.0 } else { hits as f64 / lookups as f64 },
         "body_bytes_sent": g(&m.body_bytes_sent),
@@ -218,6 +219,7 @@ fn metrics(cache: &Cache) -> Response {
         .render(cache.upstream.retries.load(Ordering::Relaxed), &gauges);
     cache.upstream.render_tls_metrics(&mut text);
     cache.metrics.render_tls(&cache.certs.list(), &mut text);
+    crate::telemetry::render(cache, &mut text);
     Response::new(200, "text/plain; version=0.0.4", text)
 }
 

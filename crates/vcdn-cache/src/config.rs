@@ -149,6 +149,17 @@ pub struct CacheConfig {
     /// On shutdown (SIGTERM), how long open HTTP/2 streams may take to
     /// finish after GOAWAY, ms.
     pub drain_timeout_ms: u64,
+    /// The deployment's telemetry key file (member-only, handed over by
+    /// the control plane). None: no telemetry agent runs, as before.
+    pub telemetry_keys: Option<PathBuf>,
+    /// This cache's telemetry node id and record source (the instance id).
+    pub telemetry_node: Option<String>,
+    /// UDP port of telemetry discovery broadcasts.
+    pub telemetry_discovery_port: u16,
+    /// Where discovery broadcasts go (127.255.255.255 on one host).
+    pub telemetry_broadcast: std::net::IpAddr,
+    /// How often `edge.stats` is published, ms.
+    pub telemetry_interval_ms: u64,
 }
 
 impl Default for CacheConfig {
@@ -203,6 +214,11 @@ impl Default for CacheConfig {
             h2_max_local_error_reset_streams: 1024,
             h2_max_client_resets: 1000,
             drain_timeout_ms: 10_000,
+            telemetry_keys: None,
+            telemetry_node: None,
+            telemetry_discovery_port: 12555,
+            telemetry_broadcast: std::net::Ipv4Addr::new(127, 255, 255, 255).into(),
+            telemetry_interval_ms: 100,
         }
     }
 }

@@ -20,7 +20,8 @@
 //! - [`tls`] and [`wire`]: TLS at the edge (handshake, certificates by
 //!   SNI, ALPN dispatch) and the connection loop's I/O over TLS;
 //! - [`h2front`]: the HTTP/2 front end (h2c on the plain listener, ALPN h2);
-//! - [`admin`] and [`ctl`]: the control API and its client.
+//! - [`admin`] and [`ctl`]: the control API and its client;
+//! - [`telemetry`]: the embedded telemetry agent (`edge.stats`, `edge.events`).
 
 pub mod admin;
 pub mod body;
@@ -41,6 +42,7 @@ pub mod request_body;
 pub mod ring;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod upstream;
 pub mod upstream_tls;
@@ -68,6 +70,7 @@ impl Running {
     /// no HTTP/2 connection is left or the time is up; the caller then
     /// exits (HTTP/1.1 connections end with the process, as before).
     pub fn drain(&self) {
+        telemetry::drain_event(&self.cache);
         self.cache.drain();
         let until = std::time::Instant::now()
             + std::time::Duration::from_millis(self.cache.cfg.drain_timeout_ms);
@@ -193,6 +196,9 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
             })
             .map_err(|e| format!("cannot start the admin thread: {e}"))?;
         handles.push(h);
+    }
+    if let Some(t) = telemetry::start(&cache)? {
+        handles.push(t);
     }
     let use_ring = cache.cfg.io_uring && ring::available();
     for (i, l) in listeners.into_iter().enumerate() {

@@ -45,6 +45,12 @@ pub struct Cache {
     /// `1.1 <name>`, appended to Via, and how loops are recognised.
     via: String,
     pub started: std::time::Instant,
+    /// Wall-clock start, ms since the Unix epoch: this process's
+    /// incarnation in `/stats` and in its telemetry records, so that the
+    /// supervisor tells a restarted cache's counters from a late record.
+    pub boot_ms: u64,
+    /// The telemetry agent, once it runs (for `/metrics`).
+    pub telemetry: std::sync::OnceLock<std::sync::Arc<crate::telemetry::Publisher>>,
     /// Set when the cache shuts down: HTTP/2 connections send GOAWAY and
     /// finish their open streams (see [`Cache::drain`]).
     pub draining: tokio::sync::watch::Sender<bool>,
@@ -138,6 +144,10 @@ impl Cache {
             policy,
             inflight: Mutex::new(HashMap::new()),
             started: std::time::Instant::now(),
+            boot_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            telemetry: std::sync::OnceLock::new(),
             draining: tokio::sync::watch::channel(false).0,
             admission: cfg.admission_filter.map(|n| Mutex::new(LruFilter::new(n))),
             bypass_base: cfg

@@ -774,6 +774,16 @@ async fn metrics(c: &Control, guard: &Guard) -> String {
             g(&m.api_errors),
         ),
         (
+            "vcdn_control_instance_stats_telemetry_total",
+            "Instance statistics the supervisor took from a fresh edge.stats telemetry record.",
+            g(&m.stats_telemetry),
+        ),
+        (
+            "vcdn_control_instance_stats_polled_total",
+            "Instance statistics the supervisor polled (GET /stats).",
+            g(&m.stats_polled),
+        ),
+        (
             "vcdn_control_auth_failures_total",
             "Requests with a missing or unknown bearer token (answered 401).",
             guard.failures_total(),
@@ -797,6 +807,9 @@ async fn metrics(c: &Control, guard: &Guard) -> String {
             cert.source.as_str(),
             cert.not_after
         ));
+    }
+    if let Some(t) = &c.cfg.telemetry {
+        t.render(&mut out);
     }
     out
 }

@@ -56,6 +56,12 @@ pub struct ControlConfig {
     pub api_fingerprint: Option<String>,
     /// Issues the services' certificates when customers upload none.
     pub internal_ca: Option<Arc<crate::pki::InternalCa>>,
+    /// The telemetry agent (tracker and consumer); none: caches are
+    /// started without telemetry and every instance is polled.
+    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    /// Whether `GET /stats` may be polled at all (`vcdn up
+    /// --no-stats-polling` turns it off whatever the settings say).
+    pub stats_polling: bool,
 }
 
 /// An operation's failure, mapped to an HTTP status by the API.
@@ -118,6 +124,46 @@ pub(crate) struct Runtime {
     pub(crate) scaled_out_at: HashMap<String, Instant>,
     /// Relaunches per instance, to back off one that keeps failing.
     pub(crate) relaunch: HashMap<String, crate::supervisor::Relaunch>,
+    /// The incarnation (`boot_ms`) each instance's counters belong to.
+    pub(crate) boots: HashMap<String, u64>,
+}
+
+impl Runtime {
+    /// What an instance served since its counters were last seen: the
+    /// increase of its cumulative (requests, bytes). Counters of a later
+    /// incarnation (a higher `boot_ms`) are all new; a document of an
+    /// earlier one, or an older document of the same one (a lower count),
+    /// adds nothing. Without `boot_ms` (an older cache), a decrease is
+    /// taken for a restart.
+    pub(crate) fn count(
+        &mut self,
+        id: &str,
+        boot: Option<u64>,
+        requests: u64,
+        bytes: u64,
+    ) -> (u64, u64) {
+        let (mut lr, mut lb) = self.counters.get(id).copied().unwrap_or((0, 0));
+        let restarted = match (boot, self.boots.get(id).copied()) {
+            // A document of an earlier incarnation than one already
+            // counted (a late record): nothing new in it.
+            (Some(b), Some(before)) if b < before => return (0, 0),
+            (Some(b), before) => {
+                self.boots.insert(id.to_string(), b);
+                before.is_some_and(|x| x != b)
+            }
+            (None, _) => requests < lr || bytes < lb,
+        };
+        if restarted {
+            (lr, lb) = (0, 0);
+        }
+        let (dr, db) = (requests.saturating_sub(lr), bytes.saturating_sub(lb));
+        let keep = (
+            requests.max(if restarted { 0 } else { lr }),
+            bytes.max(if restarted { 0 } else { lb }),
+        );
+        self.counters.insert(id.to_string(), keep);
+        (dr, db)
+    }
 }
 
 #[derive(Default)]
@@ -130,6 +176,9 @@ pub struct Metrics {
     pub expired: AtomicU64,
     pub api_requests: AtomicU64,
     pub api_errors: AtomicU64,
+    /// Instance statistics taken from a telemetry record / from a poll.
+    pub stats_telemetry: AtomicU64,
+    pub stats_polled: AtomicU64,
 }
 
 pub struct Control {
@@ -293,6 +342,15 @@ impl Control {
                 (Role::Cache, Some(port)) => Some(SocketAddr::new(parse(&i.address)?.ip(), port)),
                 _ => None,
             },
+            telemetry: match (&self.cfg.telemetry, i.role) {
+                (Some(t), Role::Cache) => Some(crate::vim::InstanceTelemetry {
+                    keys_json: t.member_keys_json().to_string(),
+                    node: i.id.clone(),
+                    discovery_port: t.options.discovery_port,
+                    broadcast: t.options.broadcast,
+                }),
+                _ => None,
+            },
             proxy: crate::accel::proxy_spec(s, i, self.controller_url()).map(|mut p| {
                 p.controller_fingerprint = self.cfg.api_fingerprint.clone();
                 p
@@ -307,6 +365,9 @@ impl Control {
             i.nonce = random_hex(8);
         }
         let spec = self.instance_spec(s, i)?;
+        if let Some(t) = &self.cfg.telemetry {
+            t.add_known(&i.id);
+        }
         let started = self
             .vim
             .start(&spec)
@@ -795,10 +856,13 @@ impl Control {
         }
         self.runtime
             .lock()
-            .entry(s.id)
+            .entry(s.id.clone())
             .or_default()
             .reported_mos
             .insert(region.to_string(), (mos, Instant::now()));
+        if let Some(t) = &self.cfg.telemetry {
+            t.publish_qoe(&s.id, region, mos);
+        }
         Ok(())
     }
 
@@ -815,4 +879,31 @@ impl Control {
 
 pub(crate) fn fmt_pid(p: Option<u32>) -> String {
     p.map_or("-".into(), |p| p.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Runtime;
+
+    /// Cumulative counters by incarnation: a repeat, an older document or
+    /// a restart never counts anything twice, and a restart's new counts
+    /// are all new.
+    #[test]
+    fn counters_count_once_across_repeats_late_documents_and_restarts() {
+        let mut rt = Runtime::default();
+        assert_eq!(rt.count("i-1", Some(100), 20, 2000), (20, 2000));
+        assert_eq!(rt.count("i-1", Some(100), 20, 2000), (0, 0), "same again");
+        assert_eq!(rt.count("i-1", Some(100), 15, 1500), (0, 0), "an older one");
+        assert_eq!(rt.count("i-1", Some(100), 25, 2500), (5, 500));
+        assert_eq!(rt.count("i-1", Some(200), 3, 300), (3, 300), "restarted");
+        assert_eq!(
+            rt.count("i-1", Some(100), 99, 9900),
+            (0, 0),
+            "the old boot's"
+        );
+        assert_eq!(rt.count("i-1", Some(200), 10, 1000), (7, 700));
+        // Without an incarnation (an older cache): a decrease is a restart.
+        assert_eq!(rt.count("i-2", None, 50, 10), (50, 10));
+        assert_eq!(rt.count("i-2", None, 4, 1), (4, 1));
+    }
 }

@@ -25,6 +25,7 @@ pub mod pricing;
 pub mod settings;
 pub mod store;
 pub mod supervisor;
+pub mod telemetry;
 pub mod types;
 pub mod validate;
 pub mod vim;
@@ -64,6 +65,11 @@ pub struct UpOptions {
     /// HTTPS with a self-signed certificate (default), the operator's, or
     /// plain HTTP on loopback.
     pub api_tls: pki::ApiTls,
+    /// Telemetry discovery (the control plane is the tracker and consumes
+    /// the caches' records); none: no telemetry, every instance polled.
+    pub telemetry: Option<telemetry::TelemetryOptions>,
+    /// False: never poll `GET /stats` (telemetry alone).
+    pub stats_polling: bool,
 }
 
 /// A running control plane and router.
@@ -169,7 +175,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         vcdn_http::tls::parse_chain(internal_ca.ca.cert_pem.as_bytes())
             .map_err(|e| e.to_string())?,
     );
-    let (_router, l) = vcdn_router::start(
+    let (router, l) = vcdn_router::start(
         rcfg,
         vcdn_router::RouterOptions {
             dns: o.dns,
@@ -198,7 +204,23 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     ];
     platform_listeners.extend(l.dns.map(|a| (a, "the router's DNS".to_string())));
     platform_listeners.extend(l.http.map(|a| (a, "the router's HTTP routing".to_string())));
+    // The deployment's telemetry keys are made once and kept, like the
+    // internal CA: restarted caches keep theirs, adopted ones stay valid.
+    let telemetry = match o.telemetry {
+        Some(opts) => {
+            let keys = telemetry::deployment_keys(&o.data_dir)?;
+            Some(telemetry::Telemetry::start(&keys, opts).await?)
+        }
+        None => None,
+    };
+    if telemetry.is_none() && !o.stats_polling {
+        return Err(
+            "--no-stats-polling needs telemetry (the supervisor would see no instance)".into(),
+        );
+    }
     let cfg = ControlConfig {
+        telemetry,
+        stats_polling: o.stats_polling,
         data_dir: o.data_dir.clone(),
         operator_token: operator_token.clone(),
         router: deployer::RouterLink {
@@ -224,6 +246,12 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         .await
         .map_err(|e| e.to_string())?;
     control.reconcile().await;
+    if let Some(t) = &control.cfg.telemetry {
+        tokio::spawn(telemetry::publish_router_decisions(
+            Arc::downgrade(t),
+            router.clone(),
+        ));
+    }
     tokio::spawn(supervisor::run(control.clone()));
     tokio::spawn(chain_controller::run(control.clone()));
     tokio::spawn(certificates::run(control.clone()));

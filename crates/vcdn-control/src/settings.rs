@@ -24,6 +24,29 @@ pub struct Settings {
     pub lease: LeaseLimits,
     /// The quota of a customer without one of its own.
     pub quota: Quota,
+    /// How the supervisor reads the instances (absent in settings stored
+    /// before it existed: the defaults).
+    #[serde(default)]
+    pub telemetry: TelemetrySettings,
+}
+
+/// How the supervisor learns each instance's counters.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// Poll `GET /stats` of an instance with no fresh `edge.stats` record
+    /// (the fallback and liveness check). Off: telemetry alone, and an
+    /// instance with no fresh record for the unresponsive window counts
+    /// as unresponsive. `vcdn up --no-stats-polling` forces it off.
+    pub stats_polling: bool,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        TelemetrySettings {
+            stats_polling: true,
+        }
+    }
 }
 
 /// Limits on leases, so that nobody holds capacity far ahead or for ever.

@@ -21,6 +21,10 @@ use crate::types::*;
 /// restarting it would only make things worse; a crash is seen at once.
 const UNRESPONSIVE_POLLS: u32 = 30;
 
+/// Between samples, the supervisor reacts to telemetry records this
+/// fresh only (three of a cache's 100 ms intervals).
+const REACT_FRESH: Duration = Duration::from_millis(300);
+
 /// No scale-in this soon after a scale-out in the same region.
 const SCALE_IN_AFTER_OUT: Duration = Duration::from_secs(30);
 
@@ -75,6 +79,8 @@ pub async fn run(c: Arc<Control>) {
             let dt = last.elapsed();
             last = Instant::now();
             c.observe(dt).await;
+        } else {
+            c.react().await;
         }
         if n.is_multiple_of(100) {
             c.reconcile_router().await;
@@ -406,6 +412,18 @@ impl Control {
             .cloned()
             .collect();
         let auth = format!("Bearer {}", self.instance_token);
+        let polling = self.stats_polling().await;
+        if let Some(t) = &self.cfg.telemetry {
+            // Records of instances the store does not know are not kept.
+            let known = self
+                .services
+                .lock()
+                .await
+                .values()
+                .flat_map(|s| s.graph.instances().map(|i| i.id.clone()))
+                .collect();
+            t.set_known(known);
+        }
         for s in services {
             let mut usage = Usage::default();
             let mut loads: HashMap<String, f64> = HashMap::new();
@@ -413,7 +431,7 @@ impl Control {
             for r in &s.graph.regions {
                 for i in &r.instances {
                     usage.vcpu_seconds += i.vcpus as f64 * dt.as_secs_f64();
-                    let stats = instance_stats(&self.admin, i, &auth).await;
+                    let stats = self.cache_stats(i, &auth, polling).await;
                     let mut rt = self.runtime.lock();
                     let rt = rt.entry(s.id.clone()).or_default();
                     let v = match stats {
@@ -437,17 +455,7 @@ impl Control {
                         .as_object()
                         .map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum());
                     let bytes = v["body_bytes_sent"].as_u64().unwrap_or(0);
-                    let (lr, lb) = rt
-                        .counters
-                        .insert(i.id.clone(), (requests, bytes))
-                        .unwrap_or((0, 0));
-                    // A restarted instance starts from zero again.
-                    let dr = if requests >= lr {
-                        requests - lr
-                    } else {
-                        requests
-                    };
-                    let db = if bytes >= lb { bytes - lb } else { bytes };
+                    let (dr, db) = rt.count(&i.id, v["boot_ms"].as_u64(), requests, bytes);
                     usage.requests += dr;
                     usage.bytes += db;
                     rt.connections
@@ -507,6 +515,44 @@ impl Control {
         }
     }
 
+    /// Whether `GET /stats` may be polled now: `vcdn up` allows it and
+    /// the operator's settings leave it on.
+    async fn stats_polling(&self) -> bool {
+        self.cfg.stats_polling
+            && self
+                .settings()
+                .await
+                .map_or(true, |s| s.telemetry.stats_polling)
+    }
+
+    /// A cache's `/stats` document: its freshest `edge.stats` record (see
+    /// [`crate::telemetry`]), else (when polling is on) a poll. A record
+    /// that names another process than the instance's (its identity
+    /// carries the launch's nonce) is not its usage.
+    async fn cache_stats(
+        &self,
+        i: &Instance,
+        auth: &str,
+        polling: bool,
+    ) -> Result<serde_json::Value, String> {
+        if let Some(t) = &self.cfg.telemetry {
+            if let Some(r) = t.fresh_stats(&i.id, crate::telemetry::FRESH) {
+                if deployer::claimed_identity(&r.data) == i.identity() {
+                    self.metrics.stats_telemetry.fetch_add(1, Ordering::Relaxed);
+                    return Ok(r.data);
+                }
+            }
+        }
+        if !polling {
+            return Err(format!(
+                "no edge.stats record in the last {:.1} s (/stats polling is off)",
+                crate::telemetry::FRESH.as_secs_f64()
+            ));
+        }
+        self.metrics.stats_polled.fetch_add(1, Ordering::Relaxed);
+        instance_stats(&self.admin, i, auth).await
+    }
+
     /// Polls a service's proxies' `/stats` like the caches': their
     /// vCPU-time, requests and bytes are added to `usage` (and to its
     /// acceleration share), counters that went down mean a restarted
@@ -560,6 +606,144 @@ impl Control {
         }
     }
 
+    /// Between two samples (every tick, with telemetry): the QoE check of
+    /// every region whose serving instances all sent an `edge.stats`
+    /// record in the last [`REACT_FRESH`], on the load those records
+    /// carry. A load step is thus answered within a tick or two of the
+    /// records that show it, not at the next once-a-second sample. It
+    /// counts no usage and moves no autoscaler trend (those stay on the
+    /// samples of [`Control::observe`]), so nothing is counted twice; a
+    /// scale-out here is remembered like one of `observe` (not again within
+    /// 10 s for the same region's QoE).
+    pub async fn react(self: &Arc<Self>) {
+        let Some(t) = &self.cfg.telemetry else {
+            return;
+        };
+        let services: Vec<Service> = self
+            .services
+            .lock()
+            .await
+            .values()
+            .filter(|s| {
+                matches!(s.state, ServiceState::Active | ServiceState::Degraded)
+                    && s.spec.quality.min_mos.is_some()
+            })
+            .cloned()
+            .collect();
+        if services.is_empty() {
+            return;
+        }
+        let Ok(flavors) = self.flavors().await else {
+            return;
+        };
+        for s in services {
+            let Some(flavor) = flavors.iter().find(|f| f.name == s.spec.flavor) else {
+                continue;
+            };
+            if !planner::plugin(flavor.kind).autoscaled() {
+                continue;
+            }
+            let peak_users = |region: &str| {
+                s.spec
+                    .regions
+                    .iter()
+                    .any(|d| d.region == region && d.peak_users.is_some())
+            };
+            for r in s.graph.regions.iter().filter(|r| peak_users(&r.region)) {
+                let mut load = Some(0.0);
+                for i in r.instances.iter().filter(|i| i.serving()) {
+                    let rec = t
+                        .fresh_stats(&i.id, REACT_FRESH)
+                        .filter(|rec| deployer::claimed_identity(&rec.data) == i.identity());
+                    load = match (load, rec) {
+                        (Some(l), Some(rec)) => {
+                            Some(l + rec.data["connections_open"].as_f64().unwrap_or(0.0))
+                        }
+                        _ => None,
+                    };
+                }
+                if let Some(load) = load {
+                    self.qoe_step(&s, r, load, flavor.template.max_instances)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// The QoE check of one region at `load`: what the capacity model
+    /// expects at this load per vCPU and what players reported in the last
+    /// 30 s; under the target, one more instance (at most once in 10 s).
+    /// Says whether it scaled out (or tried).
+    async fn qoe_step(
+        self: &Arc<Self>,
+        s: &Service,
+        r: &RegionGraph,
+        load: f64,
+        max_instances: u32,
+    ) -> bool {
+        let target = s.spec.quality.min_mos;
+        // The QoE viewers get: what the capacity model expects at this
+        // load per vCPU, and what players reported in the last 30 s.
+        let demand = s.spec.regions.iter().find(|d| d.region == r.region);
+        let estimated = demand.filter(|d| d.peak_users.is_some()).and_then(|d| {
+            let vcpus: u32 = r.instances.iter().map(|i| i.vcpus).sum();
+            self.cfg.capacity.mos_at(
+                d.bitrate_kbps
+                    .unwrap_or(vcdn_policy::dimensioning::DEFAULT_BITRATE_KBPS),
+                d.chunk_s
+                    .unwrap_or(vcdn_policy::dimensioning::DEFAULT_CHUNK_S),
+                load / vcpus.max(1) as f64,
+            )
+        });
+        let below_target = {
+            let mut rt = self.runtime.lock();
+            let rt = rt.entry(s.id.clone()).or_default();
+            if let Some(e) = estimated {
+                rt.estimated_mos.insert(r.region.clone(), e);
+            }
+            let reported = rt
+                .reported_mos
+                .get(&r.region)
+                .filter(|(_, at)| at.elapsed() < Duration::from_secs(30))
+                .map(|(m, _)| *m);
+            let worst = [estimated, reported].into_iter().flatten().reduce(f64::min);
+            let due = rt
+                .qoe_scaled
+                .get(&r.region)
+                .is_none_or(|at| at.elapsed() >= Duration::from_secs(10));
+            match (target, worst) {
+                (Some(t), Some(w)) if w < t && due => {
+                    rt.qoe_scaled.insert(r.region.clone(), Instant::now());
+                    Some(w)
+                }
+                _ => None,
+            }
+        };
+        let serving = r.instances.iter().filter(|i| i.serving()).count() as u32;
+        if let (Some(w), true) = (below_target, serving < max_instances) {
+            match self.scale_out(&s.id, &r.region, 1, load).await {
+                Ok(()) => {
+                    self.event(
+                        &s.id,
+                        "qoe_below_target",
+                        &format!(
+                            "{}: MOS {w:.2} under the target {:.2}; one more instance",
+                            r.region,
+                            target.unwrap_or(0.0)
+                        ),
+                    )
+                    .await
+                }
+                Err(e) => {
+                    self.event(&s.id, "scale_out_failed", &format!("{}: {e}", r.region))
+                        .await
+                }
+            }
+            return true;
+        }
+        false
+    }
+
     async fn autoscale(self: &Arc<Self>, s: &Service, loads: &HashMap<String, f64>) {
         let flavors = match self.flavors().await {
             Ok(f) => f,
@@ -572,68 +756,12 @@ impl Control {
             return;
         }
         let t = &flavor.template;
-        let target = s.spec.quality.min_mos;
         for r in &s.graph.regions {
             let load = loads.get(&r.region).copied().unwrap_or(0.0);
-            // The QoE viewers get: what the capacity model expects at this
-            // load per vCPU, and what players reported in the last 30 s.
-            let demand = s.spec.regions.iter().find(|d| d.region == r.region);
-            let estimated = demand.filter(|d| d.peak_users.is_some()).and_then(|d| {
-                let vcpus: u32 = r.instances.iter().map(|i| i.vcpus).sum();
-                self.cfg.capacity.mos_at(
-                    d.bitrate_kbps
-                        .unwrap_or(vcdn_policy::dimensioning::DEFAULT_BITRATE_KBPS),
-                    d.chunk_s
-                        .unwrap_or(vcdn_policy::dimensioning::DEFAULT_CHUNK_S),
-                    load / vcpus.max(1) as f64,
-                )
-            });
-            let below_target = {
-                let mut rt = self.runtime.lock();
-                let rt = rt.entry(s.id.clone()).or_default();
-                if let Some(e) = estimated {
-                    rt.estimated_mos.insert(r.region.clone(), e);
-                }
-                let reported = rt
-                    .reported_mos
-                    .get(&r.region)
-                    .filter(|(_, at)| at.elapsed() < Duration::from_secs(30))
-                    .map(|(m, _)| *m);
-                let worst = [estimated, reported].into_iter().flatten().reduce(f64::min);
-                let due = rt
-                    .qoe_scaled
-                    .get(&r.region)
-                    .is_none_or(|at| at.elapsed() >= Duration::from_secs(10));
-                match (target, worst) {
-                    (Some(t), Some(w)) if w < t && due => {
-                        rt.qoe_scaled.insert(r.region.clone(), Instant::now());
-                        Some(w)
-                    }
-                    _ => None,
-                }
-            };
-            let serving = r.instances.iter().filter(|i| i.serving()).count() as u32;
-            if let (Some(w), true) = (below_target, serving < t.max_instances) {
-                match self.scale_out(&s.id, &r.region, 1, load).await {
-                    Ok(()) => {
-                        self.event(
-                            &s.id,
-                            "qoe_below_target",
-                            &format!(
-                                "{}: MOS {w:.2} under the target {:.2}; one more instance",
-                                r.region,
-                                target.unwrap_or(0.0)
-                            ),
-                        )
-                        .await
-                    }
-                    Err(e) => {
-                        self.event(&s.id, "scale_out_failed", &format!("{}: {e}", r.region))
-                            .await
-                    }
-                }
+            if self.qoe_step(s, r, load, t.max_instances).await {
                 continue;
             }
+            let serving = r.instances.iter().filter(|i| i.serving()).count() as u32;
             let decision = {
                 let mut rt = self.runtime.lock();
                 let trend = rt
@@ -839,6 +967,21 @@ impl Control {
         let mut left = 0.0;
         if i.admin.parse::<SocketAddr>().is_ok() {
             while t0.elapsed() < DRAIN {
+                // Its records say it as well as a poll.
+                if let Some(r) = self
+                    .cfg
+                    .telemetry
+                    .as_ref()
+                    .and_then(|t| t.fresh_stats(&i.id, Duration::from_millis(500)))
+                    .filter(|r| deployer::claimed_identity(&r.data) == i.identity())
+                {
+                    left = r.data["connections_open"].as_f64().unwrap_or(0.0);
+                    if left < 1.0 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
                 let r = deployer::instance_request(
                     &self.admin,
                     &i,
@@ -876,6 +1019,7 @@ impl Control {
         self.persist(&snap).await;
         if let Some(rt) = self.runtime.lock().get_mut(id) {
             rt.counters.remove(&i.id);
+            rt.boots.remove(&i.id);
             rt.connections.remove(&i.id);
             rt.last_load.remove(&i.id);
         }

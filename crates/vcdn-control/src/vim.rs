@@ -43,6 +43,31 @@ pub struct InstanceSpec {
     /// and key: the instance serves its admin API over HTTPS with them
     /// (`--admin-tls-cert/--admin-tls-key`); none: plain HTTP.
     pub admin_tls: Option<AdminCert>,
+    /// The telemetry agent's key file and discovery settings (caches only);
+    /// none: the cache runs no agent.
+    pub telemetry: Option<InstanceTelemetry>,
+}
+
+/// What a cache needs to publish telemetry: the deployment's key file
+/// without the authority's private key (JSON, a secret the driver hands
+/// over as a file readable by the owner only), its node id, and where
+/// discovery runs.
+#[derive(Clone)]
+pub struct InstanceTelemetry {
+    pub keys_json: String,
+    pub node: String,
+    pub discovery_port: u16,
+    pub broadcast: std::net::IpAddr,
+}
+
+impl std::fmt::Debug for InstanceTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstanceTelemetry")
+            .field("node", &self.node)
+            .field("discovery_port", &self.discovery_port)
+            .field("broadcast", &self.broadcast)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An instance admin API's certificate chain and private key (PEM). The
@@ -66,6 +91,8 @@ pub struct InstanceFiles<'a> {
     pub origin_ca: Option<&'a Path>,
     /// The spec's `admin_tls`: certificate, key.
     pub admin_tls: Option<(&'a Path, &'a Path)>,
+    /// The spec's telemetry key file.
+    pub telemetry_keys: Option<&'a Path>,
 }
 
 /// What a `vcdn proxy` is started with besides what every instance gets.
@@ -131,6 +158,12 @@ pub fn command(
             flag("--threads", spec.vcpus.max(1).to_string());
             if let Some(f) = origin_ca_file {
                 flag("--origin-ca-file", f.to_string_lossy().into_owned());
+            }
+            if let (Some(t), Some(f)) = (&spec.telemetry, files.telemetry_keys) {
+                flag("--telemetry-keys", f.to_string_lossy().into_owned());
+                flag("--telemetry-node", t.node.clone());
+                flag("--telemetry-discovery-port", t.discovery_port.to_string());
+                flag("--telemetry-broadcast", t.broadcast.to_string());
             }
             vec![("VCDN_ADMIN_TOKEN", spec.admin_token.clone())]
         }
@@ -303,6 +336,15 @@ impl LocalVim {
         Ok((cp, kp))
     }
 
+    /// `instances/ID/telemetry-keys.json` (0600): the member-only key file.
+    fn write_telemetry_keys(&self, id: &str, t: &InstanceTelemetry) -> std::io::Result<PathBuf> {
+        let dir = self.instances.join(id);
+        std::fs::create_dir_all(&dir)?;
+        let p = dir.join("telemetry-keys.json");
+        crate::control::write_secret(&p, &t.keys_json)?;
+        Ok(p)
+    }
+
     fn cgroup_dir(&self, id: &str) -> Option<PathBuf> {
         match &self.cpu {
             CpuControl::V2(d) | CpuControl::V1(d) => Some(d.join(id)),
@@ -415,10 +457,15 @@ impl Vim for LocalVim {
             Some(c) => Some(self.write_admin_tls(&spec.id, c).map_err(err)?),
             None => None,
         };
+        let telemetry_keys = match (&spec.telemetry, &spec.proxy) {
+            (Some(t), None) => Some(self.write_telemetry_keys(&spec.id, t).map_err(err)?),
+            _ => None,
+        };
         let (procs, cpus, cpu_limit) = self.prepare_cpu(spec);
         let files = InstanceFiles {
             origin_ca: ca_file.as_deref(),
             admin_tls: admin_tls.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
+            telemetry_keys: telemetry_keys.as_deref(),
         };
         let (args, secrets) = command(spec, files);
         let mut cmd = Command::new(&self.binary);
@@ -615,7 +662,46 @@ mod tests {
             proxy,
             tls_listen: None,
             admin_tls: None,
+            telemetry: None,
         }
+    }
+
+    /// A cache gets the member-only telemetry key file as a private file of
+    /// its directory and the flags that name it; a proxy gets none.
+    #[test]
+    fn a_cache_gets_its_telemetry_keys_as_a_private_file_and_flags() {
+        use std::os::unix::fs::PermissionsExt;
+        let data = std::env::temp_dir().join(format!("vcdn-vim-tm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).unwrap();
+        let vim = LocalVim::new("/bin/true".into(), &data).unwrap();
+        let t = InstanceTelemetry {
+            keys_json: "{\"mac\": []}".into(),
+            node: "i-1".into(),
+            discovery_port: 23456,
+            broadcast: "127.255.255.255".parse().unwrap(),
+        };
+        let path = vim.write_telemetry_keys("i-1", &t).unwrap();
+        assert_eq!(path, data.join("instances/i-1/telemetry-keys.json"));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mut s = spec(None);
+        s.telemetry = Some(t);
+        let (args, _) = command(
+            &s,
+            InstanceFiles {
+                telemetry_keys: Some(&path),
+                ..Default::default()
+            },
+        );
+        assert!(
+            args.join(" ").contains(&format!(
+                "--telemetry-keys {} --telemetry-node i-1 --telemetry-discovery-port 23456 --telemetry-broadcast 127.255.255.255",
+                path.display()
+            )),
+            "{args:?}"
+        );
+        let _ = std::fs::remove_dir_all(&data);
     }
 
     /// The admin API's certificate and key go to files of the instance's

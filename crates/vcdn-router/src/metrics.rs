@@ -229,3 +229,33 @@ pub fn render(router: &Router) -> String {
     o.push_str(&sizes);
     o
 }
+
+/// The routing decisions of `snap`, one JSON document per service: for
+/// each of its regions and caches, how many HTTP requests were sent to the
+/// cache (`edge`) and to the origin by its admission filter (`origin`),
+/// cumulative since the cache entered the router. What the router
+/// publishes as `router.decisions` telemetry records: counts, not one
+/// datagram per request, and cumulative, so a lost record costs nothing
+/// but freshness.
+pub fn decisions(snap: &crate::state::Snapshot) -> Vec<serde_json::Value> {
+    snap.services
+        .iter()
+        .map(|s| {
+            let regions: Vec<serde_json::Value> = s
+                .regions
+                .iter()
+                .map(|(r, caches)| {
+                    serde_json::json!({
+                        "region": snap.regions.get(*r).map(|r| r.name.as_str()),
+                        "caches": caches.iter().map(|c| serde_json::json!({
+                            "cache": c.state.endpoint.address.to_string(),
+                            "edge": c.state.admitted_edge.load(Ordering::Relaxed),
+                            "origin": c.state.admitted_origin.load(Ordering::Relaxed),
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            serde_json::json!({"service": s.config.name, "regions": regions})
+        })
+        .collect()
+}

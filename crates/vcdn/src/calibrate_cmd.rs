@@ -97,6 +97,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             proxy: None,
             tls_listen: None,
             admin_tls: None,
+            telemetry: None,
         };
         let started = vim.start(&spec).map_err(|e| e.to_string())?;
         eprintln!(

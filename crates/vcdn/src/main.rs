@@ -204,6 +204,24 @@ struct CacheArgs {
     /// the name).
     #[arg(long, env = "VCDN_ORIGIN_TLS_NAME")]
     origin_tls_name: Option<String>,
+    /// The deployment's telemetry key file (vcdn up hands each instance
+    /// one): with it the cache publishes edge.stats and edge.events over
+    /// the telemetry agent [default: no telemetry].
+    #[arg(long, env = "VCDN_TELEMETRY_KEYS")]
+    telemetry_keys: Option<PathBuf>,
+    /// Telemetry node id and record source [default: the instance id
+    /// without its nonce].
+    #[arg(long, env = "VCDN_TELEMETRY_NODE")]
+    telemetry_node: Option<String>,
+    /// UDP port of telemetry discovery [default: 12555].
+    #[arg(long, env = "VCDN_TELEMETRY_DISCOVERY_PORT")]
+    telemetry_discovery_port: Option<u16>,
+    /// Broadcast address of telemetry discovery [default: 127.255.255.255].
+    #[arg(long, env = "VCDN_TELEMETRY_BROADCAST")]
+    telemetry_broadcast: Option<std::net::IpAddr>,
+    /// How often edge.stats is published, ms [default: 100].
+    #[arg(long, env = "VCDN_TELEMETRY_INTERVAL_MS")]
+    telemetry_interval_ms: Option<u64>,
     /// TOML file with any of these settings (flags win).
     #[arg(long, env = "VCDN_CONFIG")]
     config: Option<PathBuf>,
@@ -427,6 +445,21 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     }
     if a.origin_tls_name.is_some() {
         c.origin_tls_name = a.origin_tls_name;
+    }
+    if a.telemetry_keys.is_some() {
+        c.telemetry_keys = a.telemetry_keys;
+    }
+    if a.telemetry_node.is_some() {
+        c.telemetry_node = a.telemetry_node;
+    }
+    if let Some(v) = a.telemetry_discovery_port {
+        c.telemetry_discovery_port = v;
+    }
+    if let Some(v) = a.telemetry_broadcast {
+        c.telemetry_broadcast = v;
+    }
+    if let Some(v) = a.telemetry_interval_ms {
+        c.telemetry_interval_ms = v;
     }
     Ok(c)
 }

@@ -39,9 +39,46 @@ pub struct RouterArgs {
     /// Serve no DNS.
     #[arg(long, conflicts_with = "dns")]
     no_dns: bool,
+    /// The deployment's telemetry key file (member-only): with it the
+    /// router publishes its routing decisions as router.decisions records
+    /// [default: no telemetry].
+    #[arg(long, env = "VCDN_TELEMETRY_KEYS")]
+    telemetry_keys: Option<PathBuf>,
+    /// Telemetry node id and record source.
+    #[arg(long, default_value = "router", env = "VCDN_TELEMETRY_NODE")]
+    telemetry_node: String,
+    /// UDP port of telemetry discovery.
+    #[arg(long, default_value_t = 12555, env = "VCDN_TELEMETRY_DISCOVERY_PORT")]
+    telemetry_discovery_port: u16,
+    /// Broadcast address of telemetry discovery.
+    #[arg(
+        long,
+        default_value = "127.255.255.255",
+        env = "VCDN_TELEMETRY_BROADCAST"
+    )]
+    telemetry_broadcast: std::net::IpAddr,
+    /// How often router.decisions is published, ms.
+    #[arg(long, default_value_t = 1000)]
+    telemetry_interval_ms: u64,
 }
 
 pub fn run(a: RouterArgs) -> Result<(), String> {
+    let telemetry = match &a.telemetry_keys {
+        Some(p) => Some(
+            vcdn_telemetry::keys::KeyFile::load(p)
+                .and_then(|f| f.keyring())
+                .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
+    let mut agent_cfg = vcdn_telemetry::agent::AgentConfig::loopback(
+        &a.telemetry_node,
+        vec![vcdn_telemetry::message::Role::P2pProducer],
+    );
+    agent_cfg.publish = vec![vcdn_telemetry::record::TOPIC_ROUTER_DECISIONS.into()];
+    agent_cfg.discovery_port = a.telemetry_discovery_port;
+    agent_cfg.broadcast = a.telemetry_broadcast;
+    let every = std::time::Duration::from_millis(a.telemetry_interval_ms.max(100));
     let mut cfg = match &a.config {
         Some(p) => RouterConfig::from_file(p).map_err(|e| e.to_string())?,
         None => RouterConfig::default(),
@@ -98,7 +135,14 @@ pub fn run(a: RouterArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot start runtime: {e}"))?;
     rt.block_on(async move {
         let services = cfg.services.len();
-        let (_router, l) = vcdn_router::start(cfg, opts).await?;
+        let (router, l) = vcdn_router::start(cfg, opts).await?;
+        if let Some(keys) = telemetry {
+            let keys = std::sync::Arc::new(keys);
+            let agent = vcdn_telemetry::agent::Agent::start(agent_cfg, keys.clone())
+                .await
+                .map_err(|e| format!("cannot start the telemetry agent: {e}"))?;
+            tokio::spawn(publish_decisions(agent, keys, router.clone(), every));
+        }
         if let Some(d) = l.dns {
             println!("vcdn router DNS on udp/{d} and tcp/{d}");
         }
@@ -112,4 +156,42 @@ pub fn run(a: RouterArgs) -> Result<(), String> {
         std::future::pending::<()>().await;
         Ok(())
     })
+}
+
+/// Publishes the router's decisions (cumulative counts per service, region
+/// and cache, [`vcdn_router::metrics::decisions`]) as one `router.decisions`
+/// record per service every `every`, never one datagram per request.
+async fn publish_decisions(
+    agent: vcdn_telemetry::agent::Agent,
+    keys: std::sync::Arc<vcdn_telemetry::keys::Keyring>,
+    router: std::sync::Arc<vcdn_router::Router>,
+    every: std::time::Duration,
+) {
+    use vcdn_telemetry::record::{self, Record, TOPIC_ROUTER_DECISIONS};
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    let (inc, mut seq) = (now_ms(), 0u64);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        for d in vcdn_router::metrics::decisions(&router.snapshot()) {
+            seq += 1;
+            let r = Record {
+                source: agent.node_id().to_string(),
+                service: d["service"].as_str().map(str::to_string),
+                inc,
+                seq,
+                ts: now_ms(),
+                data: d,
+            };
+            let f = record::seal(&keys, &r);
+            if f.len() <= record::MAX_RECORD {
+                agent.publish(TOPIC_ROUTER_DECISIONS, &f);
+            }
+        }
+    }
 }

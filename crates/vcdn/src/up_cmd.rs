@@ -64,6 +64,24 @@ pub struct UpArgs {
     /// --api address.
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
     plain_http: bool,
+    /// UDP port of telemetry discovery: the control plane is the tracker
+    /// and takes every cache's edge.stats over telemetry; 0: no telemetry
+    /// (every instance is polled).
+    #[arg(long, default_value_t = 12555, env = "VCDN_TELEMETRY_DISCOVERY_PORT")]
+    telemetry_discovery_port: u16,
+    /// Where telemetry discovery broadcasts go (the caches' segment).
+    #[arg(
+        long,
+        default_value = "127.255.255.255",
+        env = "VCDN_TELEMETRY_BROADCAST"
+    )]
+    telemetry_broadcast: std::net::IpAddr,
+    /// Never poll the instances' GET /stats: telemetry alone (an instance
+    /// with no fresh edge.stats record for 30 s counts as unresponsive).
+    /// The operator's settings (telemetry.stats_polling) can also turn
+    /// polling off.
+    #[arg(long)]
+    no_stats_polling: bool,
     /// Also run a demo origin and make a demo customer.
     #[arg(long)]
     demo: bool,
@@ -118,6 +136,13 @@ pub fn run(a: UpArgs) -> Result<(), String> {
             instance_tls_port: (a.instance_tls_port != 0).then_some(a.instance_tls_port),
             vcpu_share: a.vcpu_share,
             reinitialise_store: a.reinitialise_store,
+            telemetry: (a.telemetry_discovery_port != 0).then_some(
+                vcdn_control::telemetry::TelemetryOptions {
+                    discovery_port: a.telemetry_discovery_port,
+                    broadcast: a.telemetry_broadcast,
+                },
+            ),
+            stats_polling: !a.no_stats_polling,
             api_tls: match (&a.tls_cert, &a.tls_key, a.plain_http) {
                 (_, _, true) => vcdn_control::pki::ApiTls::Plain,
                 (Some(cert), Some(key), _) => vcdn_control::pki::ApiTls::Files {

@@ -1407,3 +1407,92 @@ fn name_and_model_commands() {
     ]);
     assert!(!ok && err.contains("--cache-ratio"), "{err}");
 }
+
+/// With the deployment's telemetry keys, a standalone router publishes its
+/// routing decisions (counts per service, region and cache, not one
+/// datagram per request) to the consumers a tracker names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_with_telemetry_keys_publishes_its_routing_decisions() {
+    use std::sync::Arc;
+    use vcdn_telemetry::agent::{Agent, AgentConfig};
+    use vcdn_telemetry::keys::KeyFile;
+    use vcdn_telemetry::message::{Authority, AuthorityKind, Role, Subscription};
+    use vcdn_telemetry::record::{self, TOPIC_ROUTER_DECISIONS};
+
+    let origin = origin();
+    let p1 = region_cache("127.10.0.1", origin.addr, &[]);
+    let l1 = region_cache("127.11.0.1", origin.addr, &[]);
+    let dir = tempdir("router-telemetry");
+    let full = KeyFile::generate();
+    let member = dir.join("telemetry-keys.json");
+    full.member_only().save(&member).unwrap();
+    let keys = Arc::new(full.keyring().unwrap());
+    let port = support::up::free_port();
+    let mut t = AgentConfig::loopback("tracker", vec![Role::Tracker]);
+    t.discovery_port = port;
+    let tracker = Agent::start(t, keys.clone()).await.unwrap();
+    tracker.become_authority(
+        AuthorityKind::Tracker,
+        Authority {
+            epoch: 1,
+            bootstrap: None,
+            cluster_id: None,
+            controller: None,
+            generation: 0,
+        },
+    );
+    let inbox = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut c = AgentConfig::loopback("watcher", vec![Role::P2pConsumer]);
+    c.discovery_port = port;
+    c.subscribe = vec![Subscription {
+        topic: TOPIC_ROUTER_DECISIONS.into(),
+        port: inbox.local_addr().unwrap().port(),
+        host: None,
+    }];
+    let _watcher = Agent::start(c, keys.clone()).await.unwrap();
+    let port_s = port.to_string();
+    let r = start_router_with(
+        &dir,
+        &base_config(origin.addr, &[&p1], &[&l1], "{ filter = \"none\" }"),
+        &[
+            "--telemetry-keys",
+            member.to_str().unwrap(),
+            "--telemetry-discovery-port",
+            &port_s,
+            "--telemetry-interval-ms",
+            "200",
+        ],
+    );
+    for _ in 0..3 {
+        let a = route(&r, "127.1.0.9", "video.demo.example", "/size/10").await;
+        assert_eq!(a.status(), 302);
+    }
+    let mut buf = vec![0u8; 65536];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut seen = None;
+    while seen.is_none() && Instant::now() < deadline {
+        let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_millis(300), inbox.recv_from(&mut buf)).await
+        else {
+            continue;
+        };
+        let rec = record::open(&keys, &buf[..n]).expect("sealed with the deployment's key");
+        assert_eq!(rec.source, "router");
+        assert_eq!(rec.service.as_deref(), Some("demo"));
+        let paris = rec.data["regions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["region"] == "paris")
+            .cloned()
+            .expect("paris in the record");
+        if paris["caches"][0]["edge"].as_u64() == Some(3) {
+            seen = Some(rec);
+        }
+    }
+    let rec = seen.expect("no router.decisions record with the 3 requests routed to paris");
+    assert_eq!(
+        rec.data["regions"][1]["caches"][0]["edge"].as_u64(),
+        Some(0)
+    );
+}
