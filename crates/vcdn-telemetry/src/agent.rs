@@ -87,6 +87,9 @@ pub struct AgentConfig {
     pub bind: IpAddr,
     pub allowed: Vec<Net>,
     pub timers: Timers,
+    /// Datasink producers: bytes of data held before the first sink is
+    /// known (the oldest dropped beyond it).
+    pub early_bytes: usize,
 }
 
 impl AgentConfig {
@@ -103,6 +106,7 @@ impl AgentConfig {
             bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             allowed: vec![Net::parse("127.0.0.0/8").expect("valid")],
             timers: Timers::default(),
+            early_bytes: 1 << 20,
         }
     }
 }
@@ -221,6 +225,7 @@ struct Shared {
     /// Datasink mode before the first sink is known: data wait here,
     /// bounded, for the producer (`None`: not a datasink producer).
     early: Option<Mutex<Early>>,
+    early_bytes: usize,
     node: String,
     data: StdUdp,
     metrics: Metrics,
@@ -286,6 +291,7 @@ impl Agent {
             dests: RwLock::new(HashMap::new()),
             kafka: RwLock::new(None),
             early: sink_producer.then(|| Mutex::new(Early::default())),
+            early_bytes: cfg.early_bytes,
             node: cfg.node.clone(),
             data,
             metrics: Metrics::default(),
@@ -482,9 +488,6 @@ struct Early {
     bytes: usize,
 }
 
-/// Bound of [`Early`]: beyond it the oldest data are dropped and counted.
-const EARLY_BYTES: usize = 16 << 20;
-
 fn publish(shared: &Shared, topic: &str, datum: &[u8]) -> usize {
     match shared.kafka.read().as_ref() {
         // Keyed by node: one producer's data stay in order in one partition.
@@ -498,7 +501,7 @@ fn publish(shared: &Shared, topic: &str, datum: &[u8]) -> usize {
                 let mut e = early.lock();
                 e.bytes += datum.len();
                 e.data.push_back((topic.to_string(), datum.to_vec()));
-                while e.bytes > EARLY_BYTES {
+                while e.bytes > shared.early_bytes {
                     let Some((_, d)) = e.data.pop_front() else {
                         break;
                     };

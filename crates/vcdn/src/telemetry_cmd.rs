@@ -180,6 +180,9 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
     };
     let mut cfg = a.discovery.config(&node, a.roles.clone());
     cfg.ingest = a.ingest.clone();
+    // A relay of local applications holds more before the sink is known
+    // than an embedded agent (1 MiB).
+    cfg.early_bytes = 16 << 20;
     if a.roles.contains(&Role::P2pConsumer) && a.subscribe.iter().any(|d| d.tcp) {
         return Err("a p2p consumer's data come over UDP straight from producers: /tcp is for datasink consumers".into());
     }
