@@ -325,7 +325,7 @@ fn a_cpu_limit_holds_a_busy_loop_to_its_share() {
         .or_else(|_| std::fs::read_to_string(g.dir().join("cpu.max")))
         .unwrap();
     let host = std::thread::available_parallelism().unwrap().get();
-    let want = (Flavor::M1Medium.cpus_on(host) * 100_000.0) as u64;
+    let want = (Flavor::M1Medium.cpus_on(host) * vcdn_netem::cgroup::PERIOD_US as f64) as u64;
     assert!(
         quota.split_whitespace().next() == Some(&want.to_string()),
         "m1.medium on {host} CPUs: quota {quota:?}, want {want}"

@@ -84,7 +84,17 @@ fn parse() -> Result<Args, String> {
 struct Proc(Child);
 
 impl Drop for Proc {
+    /// SIGTERM first, so that a sink's agent stops its broker.
     fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -411,10 +421,27 @@ fn measure(a: &Args, report: &mut Report) -> Result<(), String> {
                         .insert(key.clone(), (c1 - c0) / 3.0 / t0.elapsed().as_secs_f64());
                     // Reconfiguration: 1 datum/ms, the tracker killed, a new
                     // one on another node.
-                    let gap =
-                        respawn_gap(&bed, &mut procs[0], "tracker-2", &["--role", "tracker"])?;
+                    let gap = respawn_gap(
+                        &bed,
+                        ("tracker", &mut procs[0]),
+                        "tracker-2",
+                        &["--role", "tracker"],
+                        Duration::from_secs(8),
+                    )?;
                     eprintln!("   tracker respawn: largest gap {gap:?}");
                     report.gap.insert(key, gap);
+                }
+                m if m.starts_with("datasink-") => {
+                    let (n, flavor) = match &m["datasink-".len()..] {
+                        "large" => (1, Flavor::M1Large),
+                        "xlarge" => (1, Flavor::M1Xlarge),
+                        k => (
+                            k.parse::<usize>()
+                                .map_err(|_| format!("unknown mode {m}"))?,
+                            Flavor::M1Medium,
+                        ),
+                    };
+                    datasink(a, multi, n, flavor, &key, report)?;
                 }
                 m => return Err(format!("unknown mode {m}")),
             }
@@ -423,20 +450,177 @@ fn measure(a: &Args, report: &mut Report) -> Result<(), String> {
     Ok(())
 }
 
+/// Waits until `node`'s agent reports `metric` at least `min`.
+fn wait_metric(
+    bed: &Bed,
+    node: &str,
+    metric: &str,
+    min: f64,
+    limit: Duration,
+) -> Result<(), String> {
+    let t0 = Instant::now();
+    while bed.metric(node, metric) < min {
+        if t0.elapsed() > limit {
+            return Err(format!("{node}: {metric} not {min} within {limit:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+/// The sink nodes' agent arguments: the master on `sink-1`, slaves after.
+fn sink_args(bed: &Bed, node: &str, master: bool) -> Vec<String> {
+    let ip = bed.lan.addr(node).expect("node").to_string();
+    let dir = std::env::temp_dir().join(format!("andy-{}-kafka-{node}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    vec![
+        "--role".into(),
+        if master { "datasink" } else { "datasink-slave" }.into(),
+        "--kafka-host".into(),
+        ip,
+        "--kafka-dir".into(),
+        dir.display().to_string(),
+        "--kafka-heap-mib".into(),
+        "256".into(),
+        "--sink-topic".into(),
+        TOPIC.into(),
+    ]
+}
+
+/// Datasink mode with `n` sink nodes of `flavor` (the master and n−1
+/// slaves): Tables 5.3–5.6 and 5.8–5.9.
+fn datasink(
+    a: &Args,
+    multi: bool,
+    n: usize,
+    flavor: Flavor,
+    key: &(String, String),
+    report: &mut Report,
+) -> Result<(), String> {
+    let names: Vec<String> = (1..=n).map(|i| format!("sink-{i}")).collect();
+    let mut auth: Vec<(&str, Flavor)> = names.iter().map(|s| (s.as_str(), flavor)).collect();
+    auth.push(("sink-x", flavor));
+    let bed = Bed::start(&a.vcdn, multi, &auth)?;
+    let mut procs = Vec::new();
+    for (i, node) in names.iter().enumerate() {
+        let args = sink_args(&bed, node, i == 0);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        procs.push(bed.agent(node, &args)?);
+        if i == 0 {
+            // The master's broker runs and it beacons.
+            wait_metric(
+                &bed,
+                node,
+                "vcdn_telemetry_messages_sent_total{type=\"reconfig\"}",
+                1.0,
+                Duration::from_secs(180),
+            )?;
+        }
+    }
+    if n > 1 {
+        // Every slave joined and the partitions were spread.
+        wait_metric(
+            &bed,
+            "sink-1",
+            "vcdn_telemetry_messages_sent_total{type=\"clusterresize\"}",
+            (n - 1) as f64,
+            Duration::from_secs(300),
+        )?;
+    }
+    let c = bed.agent(
+        "consumer",
+        &[
+            "--role",
+            "consumer",
+            "--subscribe",
+            &format!("{TOPIC}={APP_PORT}"),
+        ],
+    )?;
+    procs.push(c);
+    wait_metric(
+        &bed,
+        "consumer",
+        "vcdn_telemetry_configured",
+        1.0,
+        Duration::from_secs(30),
+    )?;
+    // The consumer's group join.
+    std::thread::sleep(Duration::from_secs(5));
+    let ingest = format!("{INGEST_PORT}={TOPIC}/tcp");
+    let (p, took) = discovery(&bed, &["--role", "producer", "--ingest", &ingest])?;
+    eprintln!("   discovery: {took:?}");
+    report.discovery.insert(key.clone(), took);
+    procs.push(p);
+    std::thread::sleep(Duration::from_secs(1));
+    let mut all: Vec<&str> = names.iter().map(String::as_str).collect();
+    all.extend(["producer", "consumer"]);
+    let c0: f64 = all
+        .iter()
+        .map(|n| bed.metric(n, "vcdn_telemetry_control_bytes_sent_total"))
+        .sum();
+    let t0 = Instant::now();
+    for r in &a.rates {
+        let (_, st) = run(&bed, true, Some(r * 1024), a.seconds)?;
+        eprintln!("   {r} KiB/s: {st:?}");
+        report
+            .latency
+            .insert((key.0.clone(), key.1.clone(), *r), st);
+    }
+    let (_, st) = run(&bed, true, None, a.seconds)?;
+    eprintln!(
+        "   unthrottled: {:.1} Mbit/s ({:.1} MB/s), lost {}",
+        st.throughput_mbit,
+        st.throughput_mbit / 8.0,
+        st.lost
+    );
+    report.throughput.insert(key.clone(), st.throughput_mbit);
+    let c1: f64 = all
+        .iter()
+        .map(|n| bed.metric(n, "vcdn_telemetry_control_bytes_sent_total"))
+        .sum();
+    report.control.insert(
+        key.clone(),
+        (c1 - c0) / all.len() as f64 / t0.elapsed().as_secs_f64(),
+    );
+    if n == 1 {
+        // The sink respawned on another node (another address, a new
+        // cluster): the largest gap at 1 datum/ms.
+        let args = sink_args(&bed, "sink-x", true);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let gap = respawn_gap(
+            &bed,
+            ("sink-1", &mut procs[0]),
+            "sink-x",
+            &args,
+            Duration::from_secs(90),
+        )?;
+        eprintln!("   sink respawn: largest gap {gap:?}");
+        report.gap.insert(key.clone(), gap);
+    }
+    Ok(())
+}
+
 /// Sends 1 datum/ms for 8 s; after 2 s kills `old` and starts an authority
 /// on `new_node`. Returns the largest inter-arrival gap.
 fn respawn_gap(
     bed: &Bed,
-    old: &mut Proc,
+    old: (&str, &mut Proc),
     new_node: &str,
     args: &[&str],
+    window: Duration,
 ) -> Result<Duration, String> {
+    let (old_node, old) = old;
     std::thread::scope(|s| {
         let rx = s.spawn(|| {
             bed.lan.run_in("consumer", || {
                 let sock = UdpSocket::bind(("0.0.0.0", APP_PORT)).ok()?;
-                sock.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-                let mut b = [0u8; 200];
+                sock.set_read_timeout(Some(
+                    window
+                        .saturating_sub(Duration::from_secs(4))
+                        .max(Duration::from_secs(3)),
+                ))
+                .ok()?;
+                let mut b = [0u8; 65536];
                 let mut last: Option<Instant> = None;
                 let mut max = Duration::ZERO;
                 while sock.recv_from(&mut b).is_ok() {
@@ -456,15 +640,23 @@ fn respawn_gap(
                 andy::generate(
                     &mut sink,
                     Some(1000 * andy::MESSAGE_BYTES as u64),
-                    8000,
-                    Duration::from_secs(8),
+                    u64::MAX / 2,
+                    window,
                 )
                 .ok()
             })
         });
         std::thread::sleep(Duration::from_secs(2));
+        // A crash: the agent and everything it started in its node (a
+        // sink's broker) are killed at once.
         let _ = old.0.kill();
         let _ = old.0.wait();
+        if let Ok(Some(g)) = bed.lan.cgroup(old_node) {
+            for pid in g.pids() {
+                // SAFETY: kill(2) of a process in the test bed's own node.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
         std::thread::sleep(Duration::from_millis(300));
         let new = bed.agent(new_node, args)?;
         let _ = tx.join();
