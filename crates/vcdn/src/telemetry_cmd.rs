@@ -332,9 +332,70 @@ pub enum TelemetryCmd {
         /// Stop after this many data.
         #[arg(long)]
         count: Option<u64>,
+        /// Read the topic from the data sink's Kafka (found by discovery),
+        /// from now on, instead of joining as a peer-to-peer consumer.
+        #[arg(long)]
+        kafka: bool,
         #[command(flatten)]
         discovery: Discovery,
     },
+}
+
+/// One datum as a line: a vcdn record as its JSON (after its MAC is
+/// checked), anything else as text.
+fn tail_line(keys: &vcdn_telemetry::keys::Keyring, datum: &[u8]) -> String {
+    match vcdn_telemetry::record::open(keys, datum) {
+        Ok(r) => serde_json::to_string(&r).unwrap_or_default(),
+        Err(_) => String::from_utf8_lossy(datum).trim_end().to_string(),
+    }
+}
+
+/// `vcdn telemetry tail --kafka`: a consumer of its own (a fresh group that
+/// starts at the end), pointed at the sink discovery finds.
+async fn tail_kafka(topic: &str, count: Option<u64>, discovery: &Discovery) -> Result<(), String> {
+    let keys = Arc::new(
+        discovery
+            .keys()?
+            .member_only()
+            .keyring()
+            .map_err(|e| e.to_string())?,
+    );
+    let node = format!("tail-{}", std::process::id());
+    let agent = Agent::start(discovery.config(&node, vec![Role::Consumer]), keys.clone())
+        .await
+        .map_err(|e| format!("cannot start the agent: {e}"))?;
+    eprintln!("tail {topic}: looking for the data sink (Ctrl-C stops)");
+    let bootstrap = loop {
+        if let Some(b) = agent.sink().and_then(|a| a.bootstrap) {
+            break b;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut opts = vcdn_telemetry::kafka::ConsumerOptions::new(&node);
+    opts.extra
+        .push(("auto.offset.reset".into(), "latest".into()));
+    opts.extra
+        .push(("enable.auto.commit".into(), "false".into()));
+    let mut c = vcdn_telemetry::kafka::Consumer::new(&bootstrap, &[topic], opts)
+        .map_err(|e| e.to_string())?;
+    eprintln!("tail {topic}: reading from Kafka at {bootstrap}");
+    let mut n = 0u64;
+    let mut out = std::io::stdout();
+    while count.is_none_or(|c| n < c) {
+        tokio::select! {
+            r = c.recv() => {
+                let rec = r.map_err(|e| e.to_string())?;
+                if std::io::Write::write_all(&mut out, format!("{}\n", tail_line(&keys, &rec.payload)).as_bytes()).is_err() {
+                    break;
+                }
+                n += 1;
+            }
+            _ = shutdown_signal() => break,
+        }
+    }
+    drop(c);
+    agent.shutdown().await;
+    Ok(())
 }
 
 pub async fn telemetry(cmd: TelemetryCmd) -> Result<(), String> {
@@ -358,6 +419,13 @@ pub async fn telemetry(cmd: TelemetryCmd) -> Result<(), String> {
         TelemetryCmd::Tail {
             topic,
             count,
+            kafka: true,
+            discovery,
+        } => tail_kafka(&topic, count, &discovery).await,
+        TelemetryCmd::Tail {
+            topic,
+            count,
+            kafka: false,
             discovery,
         } => {
             let file = discovery.keys()?;
@@ -388,10 +456,7 @@ pub async fn telemetry(cmd: TelemetryCmd) -> Result<(), String> {
                     let Ok((len, _)) = inbox.recv_from(&mut buf) else {
                         continue;
                     };
-                    let line = match vcdn_telemetry::record::open(&keys, &buf[..len]) {
-                        Ok(r) => serde_json::to_string(&r).unwrap_or_default(),
-                        Err(_) => String::from_utf8_lossy(&buf[..len]).trim_end().to_string(),
-                    };
+                    let line = tail_line(&keys, &buf[..len]);
                     if std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes()).is_err()
                     {
                         break;

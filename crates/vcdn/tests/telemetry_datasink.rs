@@ -445,3 +445,90 @@ fn every_node_follows_a_sink_respawned_on_another_address() {
     }
     assert_no_broker_left(&d);
 }
+
+#[test]
+fn a_slave_joins_the_sinks_cluster_and_data_keep_flowing() {
+    let d = Deployment::new("slave");
+    let (ingest, app) = (free_tcp(), UdpSocket::bind("127.0.0.1:0").unwrap());
+    let app_port = app.local_addr().unwrap().port();
+    let sink = d.sink("sink", "127.0.0.1", (free_tcp(), free_tcp()));
+    let _p = d.producer(ingest);
+    let _c = d.consumer(app_port);
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let rx = collect(app, seen.clone(), stop.clone());
+    let tx = feed(ingest, Duration::from_millis(5), stop.clone());
+    wait_until("data through the sink", Duration::from_secs(90), || {
+        seen.lock().unwrap().len() > 100
+    });
+    // A slave comes: it gets broker id 2 in the CONFIG, starts its broker
+    // against the sink's controller and registers; the sink spreads the
+    // partitions over both brokers and broadcasts CLUSTER_RESIZE.
+    let dir = d.dir.0.join("kafka-slave").display().to_string();
+    let port = free_tcp().to_string();
+    let slave = d.agent(
+        "slave",
+        &d.member,
+        &[
+            "--role",
+            "datasink-slave",
+            "--kafka-dir",
+            &dir,
+            "--kafka-port",
+            &port,
+        ],
+    );
+    let metrics = sink.0.as_ref().unwrap().addr;
+    wait_until("CLUSTER_RESIZE", Duration::from_secs(180), || {
+        support::raw(
+            metrics,
+            b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            Duration::from_secs(2),
+        )
+        .contains("vcdn_telemetry_messages_sent_total{type=\"clusterresize\"} 1")
+    });
+    let before = *seen.lock().unwrap().iter().next_back().unwrap();
+    wait_until("data after the resize", Duration::from_secs(60), || {
+        seen.lock().unwrap().range(before + 1..).count() > 300
+    });
+    // An operator watches the topic live from Kafka.
+    let tail = std::process::Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args([
+            "telemetry",
+            "tail",
+            "metrics",
+            "--kafka",
+            "--count",
+            "5",
+            "--keys",
+            &d.member,
+        ])
+        .args(["--discovery-port", &d.discovery])
+        .env("VCDN_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::thread::spawn(move || tail.wait_with_output().unwrap());
+    let t0 = Instant::now();
+    while !out.is_finished() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "vcdn telemetry tail --kafka printed 5 data"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = out.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("m ")).count(),
+        5,
+        "{text}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    tx.join().unwrap();
+    rx.join().unwrap();
+    drop(slave);
+    drop(sink);
+    assert_no_broker_left(&d);
+}
