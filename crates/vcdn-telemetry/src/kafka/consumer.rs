@@ -245,6 +245,9 @@ fn build(
         )
         .set("session.timeout.ms", session.to_string())
         .set("heartbeat.interval.ms", (session / 3).max(1).to_string())
+        // Without it librdkafka leaves Nagle on, and Nagle against the
+        // peer's delayed ACK holds small requests ~40 ms.
+        .set("socket.nagle.disable", "true")
         .set("reconnect.backoff.ms", "50")
         .set("reconnect.backoff.max.ms", "1000")
         // Bounds on what one fetch response may hold and claim (librdkafka:
