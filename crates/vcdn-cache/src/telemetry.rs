@@ -38,7 +38,7 @@ fn wall_ms() -> u64 {
 
 /// The cache's publisher: the agent and what every record carries.
 pub struct Publisher {
-    agent: Agent,
+    agent: Arc<Agent>,
     keys: Arc<Keyring>,
     node: String,
     boot_ms: u64,
@@ -99,7 +99,12 @@ pub fn start(cache: &Arc<Cache>) -> Result<Option<std::thread::JoinHandle<()>>, 
             "--telemetry-node {node:?} must be 1-64 of [A-Za-z0-9._:-]"
         ));
     }
-    let mut acfg = AgentConfig::loopback(&node, vec![Role::P2pProducer]);
+    // Both paths: p2p datagrams to the tracker's consumers (fast: scaling)
+    // and, once a data sink answers, Kafka with acks from all replicas
+    // (billing, `vcdn up --kafka`). With no sink around, the Kafka side
+    // costs a HELLO every few seconds and at most `early_bytes` (1 MiB) of
+    // records held for a sink that may come.
+    let mut acfg = AgentConfig::loopback(&node, vec![Role::P2pProducer, Role::Producer]);
     acfg.publish = vec![TOPIC_EDGE_STATS.into(), TOPIC_EDGE_EVENTS.into()];
     acfg.discovery_port = cfg.telemetry_discovery_port;
     acfg.broadcast = cfg.telemetry_broadcast;
@@ -128,13 +133,17 @@ pub fn start(cache: &Arc<Cache>) -> Result<Option<std::thread::JoinHandle<()>>, 
                     }
                 };
                 let p = Arc::new(Publisher {
-                    agent,
+                    agent: Arc::new(agent),
                     keys,
                     node,
                     boot_ms: cache.boot_ms,
                     seq: AtomicU64::new(0),
                 });
                 let _ = cache.telemetry.set(p.clone());
+                tokio::spawn(vcdn_telemetry::datasink::follow_sink_producer(
+                    p.agent.clone(),
+                    vcdn_telemetry::kafka::ProducerOptions::default(),
+                ));
                 publish_loop(&cache, &p, interval).await;
             });
         })

@@ -756,6 +756,7 @@ mod tests {
             origin_policy: String::new(),
             error: None,
             hop_key: String::new(),
+            billing: Default::default(),
         };
         let e = run_on(&s, &[other], &one_host).unwrap_err();
         assert!(

@@ -112,6 +112,7 @@ mod tests {
             origin_policy: String::new(),
             error: None,
             hop_key: String::new(),
+            billing: Default::default(),
         }
     }
 

@@ -301,6 +301,11 @@ pub struct Service {
     /// service, made at order time, never shown by the API.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hop_key: String,
+    /// Kafka billing's cursor per instance (what was billed last of it),
+    /// stored with the usage it produced so that a restarted control plane
+    /// bills exactly once ([`crate::billing`]); never shown by the API.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub billing: std::collections::BTreeMap<String, crate::billing::Cursor>,
 }
 
 /// The service instance graph: instances per region, on hosts.
