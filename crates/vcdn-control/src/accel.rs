@@ -346,6 +346,7 @@ pub(crate) mod tests {
             error: None,
             hop_key: "k".repeat(64),
             billing: Default::default(),
+            billing_from_ms: 0,
         }
     }
 

@@ -77,6 +77,30 @@ pub fn counters(data: &serde_json::Value) -> (u64, u64) {
     (requests, data["body_bytes_sent"].as_u64().unwrap_or(0))
 }
 
+pub(crate) fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The cursor a record is billed against: the instance's, else, for a
+/// cache that booted before Kafka billing of its service began (`from_ms`,
+/// see [`crate::types::Service::billing_from_ms`]; sampling billed it until
+/// then), a baseline at this record, so that only what follows it is new.
+pub fn cursor_for(held: Option<&Cursor>, r: &Record, from_ms: u64, now_ms: u64) -> Option<Cursor> {
+    if let Some(c) = held {
+        return Some(*c);
+    }
+    (r.inc < from_ms).then(|| {
+        let (requests, bytes) = counters(&r.data);
+        Cursor {
+            inc: r.inc,
+            seq: r.seq.saturating_sub(1),
+            requests,
+            bytes,
+            at_ms: now_ms,
+        }
+    })
+}
+
 /// What `r` adds to the usage given the instance's cursor, and the new
 /// cursor; `None` when it is at or below the cursor (already billed).
 pub fn bill(cursor: Option<&Cursor>, r: &Record, now_ms: u64) -> Option<((u64, u64), Cursor)> {
@@ -97,7 +121,10 @@ pub fn bill(cursor: Option<&Cursor>, r: &Record, now_ms: u64) -> Option<((u64, u
         at_ms: now_ms,
     };
     Some((
-        (requests.saturating_sub(base_r), bytes.saturating_sub(base_b)),
+        (
+            requests.saturating_sub(base_r),
+            bytes.saturating_sub(base_b),
+        ),
         next,
     ))
 }
@@ -310,10 +337,24 @@ impl Control {
                     n.unknown_instance.fetch_add(1, Relaxed);
                     continue;
                 };
-                match bill(s.billing.get(&r.source), r, now) {
+                if s.billing_from_ms == 0 {
+                    // The first record billed here: was anything billed
+                    // by sampling before?
+                    s.billing_from_ms = if s.usage.requests == 0 && s.usage.bytes == 0 {
+                        1
+                    } else {
+                        now
+                    };
+                }
+                let held = cursor_for(s.billing.get(&r.source), r, s.billing_from_ms, now);
+                match bill(held.as_ref(), r, now) {
                     Some(((dr, db), cursor)) => {
-                        s.usage.requests = s.usage.requests.saturating_add(dr);
-                        s.usage.bytes = s.usage.bytes.saturating_add(db);
+                        // Published before Kafka billing began: sampling
+                        // billed it; the cursor moves on only.
+                        if r.ts >= s.billing_from_ms {
+                            s.usage.requests = s.usage.requests.saturating_add(dr);
+                            s.usage.bytes = s.usage.bytes.saturating_add(db);
+                        }
                         s.billing.insert(r.source.clone(), cursor);
                         touched.insert(sid.clone());
                         n.billed.fetch_add(1, Relaxed);
@@ -406,9 +447,30 @@ mod tests {
         assert_eq!(total, (7, 70));
         // A forged-looking decrease in the same incarnation bills nothing
         // and keeps the cursor's counters.
-        let (total, c) = run(None, &[rec(1, 1, 9, 90), rec(1, 2, 3, 30), rec(1, 3, 10, 100)]);
+        let (total, c) = run(
+            None,
+            &[rec(1, 1, 9, 90), rec(1, 2, 3, 30), rec(1, 3, 10, 100)],
+        );
         assert_eq!(total, (10, 100));
         assert_eq!(c.unwrap().requests, 10);
+    }
+
+    #[test]
+    fn caches_billed_by_sampling_before_start_from_a_baseline() {
+        // Kafka billing began at 100; a cache booted at 50 was sampled
+        // until then: its first record is the baseline.
+        let first = rec(50, 7, 30, 3000);
+        let c = cursor_for(None, &first, 100, 1);
+        let (total, _) = run(c, &[first.clone(), rec(50, 8, 32, 3200)]);
+        assert_eq!(total, (2, 200));
+        // One booted after (or a service nothing was billed of: from 1)
+        // bills all its counters.
+        let later = rec(150, 1, 4, 400);
+        assert_eq!(cursor_for(None, &later, 100, 1), None);
+        assert_eq!(cursor_for(None, &first, 1, 1), None);
+        // A held cursor is the cursor.
+        let held = Cursor::default();
+        assert_eq!(cursor_for(Some(&held), &first, 100, 1), Some(held));
     }
 
     #[test]

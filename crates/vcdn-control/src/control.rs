@@ -352,6 +352,7 @@ impl Control {
                     node: i.id.clone(),
                     discovery_port: t.options.discovery_port,
                     broadcast: t.options.broadcast,
+                    kafka: self.cfg.kafka_billing.is_some(),
                 }),
                 _ => None,
             },
@@ -585,6 +586,7 @@ impl Control {
             error: None,
             hop_key,
             billing: Default::default(),
+            billing_from_ms: 0,
         };
         let summary = s
             .graph

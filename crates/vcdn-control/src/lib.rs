@@ -238,7 +238,9 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     let (kafka, kafka_billing) = match (o.kafka, &telemetry) {
         (None, _) => (None, None),
         (Some(_), None) => {
-            return Err("--kafka needs telemetry (a --telemetry-discovery-port other than 0)".into())
+            return Err(
+                "--kafka needs telemetry (a --telemetry-discovery-port other than 0)".into(),
+            )
         }
         (Some(k), Some(t)) => {
             let sink = t

@@ -757,6 +757,7 @@ mod tests {
             error: None,
             hop_key: String::new(),
             billing: Default::default(),
+            billing_from_ms: 0,
         };
         let e = run_on(&s, &[other], &one_host).unwrap_err();
         assert!(

@@ -113,6 +113,7 @@ mod tests {
             error: None,
             hop_key: String::new(),
             billing: Default::default(),
+            billing_from_ms: 0,
         }
     }
 

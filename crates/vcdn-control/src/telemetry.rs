@@ -556,8 +556,8 @@ impl Telemetry {
     /// background (seconds): producers keep what they publish meanwhile.
     pub async fn start_sink(&self, o: &KafkaOptions) -> Result<Sink, String> {
         use vcdn_telemetry::datasink::{self, BrokerSetup};
-        let dist = vcdn_telemetry::kafka::KafkaDist::locate()
-            .map_err(|e| format!("--kafka: {e}"))?;
+        let dist =
+            vcdn_telemetry::kafka::KafkaDist::locate().map_err(|e| format!("--kafka: {e}"))?;
         let mut cfg = AgentConfig::loopback("control-sink", vec![Role::Datasink]);
         cfg.discovery_port = self.options.discovery_port;
         cfg.broadcast = self.options.broadcast;

@@ -173,7 +173,12 @@ fn rewind_billing_group(bootstrap: &str) {
             .java_command()
             .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
             .args(["--bootstrap-server", bootstrap, "--group", "vcdn-billing"])
-            .args(["--reset-offsets", "--to-earliest", "--all-topics", "--execute"])
+            .args([
+                "--reset-offsets",
+                "--to-earliest",
+                "--all-topics",
+                "--execute",
+            ])
             .output()
             .expect("java runs");
         last = format!(
@@ -207,10 +212,9 @@ async fn usage_is_billed_through_kafka_exactly_once_across_a_killed_control_plan
     let spec = json!({"name": "bill", "origin": format!("http://{}", k.up.origin),
         "hostname": "bill.example", "flavor": "elastic",
         "regions": [{"region": "paris", "peak_users": 10}], "quality": {"min_mos": 4.0}});
-    let (st, s) = k
-        .up
-        .call(&k.up.demo_key(), "POST", "/v1/services", Some(spec))
-        .await;
+    let (st, s) =
+        k.up.call(&k.up.demo_key(), "POST", "/v1/services", Some(spec))
+            .await;
     assert_eq!(st, 201, "{s}");
     let id = s["id"].as_str().unwrap().to_string();
     let up = &k.up;
@@ -332,7 +336,10 @@ fn kafka_without_the_distribution_says_which_script_to_run() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = child.wait_with_output().unwrap();
-    assert!(!out.status.success(), "vcdn up --kafka started without Kafka");
+    assert!(
+        !out.status.success(),
+        "vcdn up --kafka started without Kafka"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("scripts/kafka.sh"), "{err}");
 }
