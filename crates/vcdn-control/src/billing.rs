@@ -20,7 +20,13 @@
 //!   the consumed offsets are committed only after that write. Kafka's
 //!   at-least-once redelivery then meets a cursor that already covers what
 //!   was billed: nothing is counted twice, and nothing is lost because an
-//!   offset is never committed before its usage is stored.
+//!   offset is never committed before its usage is stored. The write is
+//!   made with the services locked, so it never stores an older document
+//!   than the one in memory (and undoes no other change).
+//! - Caches that booted before Kafka billing of their service began (a
+//!   data directory billed by sampling before `--kafka`) start from a
+//!   baseline: what they published before is not billed again
+//!   ([`cursor_for`], [`crate::types::Service::billing_from_ms`]).
 //! - Records of instances removed since (scale-in, replacement) are still
 //!   billed to their service while its cursor is kept: for [`KEEP_REMOVED`]
 //!   after the instance's last billed record, so the map stays bounded.
@@ -247,6 +253,7 @@ async fn consume(
     b: &KafkaBilling,
     mut consumer: Consumer,
 ) -> Result<(), String> {
+    let mut dirty = HashSet::new();
     loop {
         let first = consumer.recv().await.map_err(|e| e.to_string())?;
         let mut batch = vec![first];
@@ -277,7 +284,10 @@ async fn consume(
                 t.offer_via(TOPIC_EDGE_STATS, &m.payload, crate::telemetry::Via::Kafka);
             }
         }
-        if !control.bill_records(&records, &b.counters).await {
+        if !control
+            .bill_records(&records, &b.counters, &mut dirty)
+            .await
+        {
             b.counters.errors.fetch_add(1, Relaxed);
             // Not stored: nothing is committed; the records come again
             // after a restart and the stored cursors sort them out.
@@ -308,11 +318,18 @@ async fn consume(
 
 impl Control {
     /// Bills `records` into their services' usage and cursors, and stores
-    /// every service touched. Says whether every write succeeded.
-    pub(crate) async fn bill_records(&self, records: &[Record], n: &BillingCounters) -> bool {
+    /// every service touched (and those in `dirty`, whose write failed
+    /// before; failures are left there). Says whether every service billed
+    /// so far is stored: only then may the offsets be committed.
+    pub(crate) async fn bill_records(
+        &self,
+        records: &[Record],
+        n: &BillingCounters,
+        dirty: &mut HashSet<String>,
+    ) -> bool {
         let now = now_ms();
         let keep_ms = KEEP_REMOVED.as_millis() as u64;
-        let touched: Vec<crate::types::Service> = {
+        {
             let mut services = self.services.lock().await;
             // Which service each source bills to: instances of its graph,
             // then instances removed whose cursor is still kept.
@@ -364,24 +381,24 @@ impl Control {
                     }
                 }
             }
-            touched
-                .iter()
-                .filter_map(|sid| {
-                    let s = services.get_mut(sid)?;
-                    let live: HashSet<String> = s.graph.instances().map(|i| i.id.clone()).collect();
-                    prune(&mut s.billing, &live, now, keep_ms);
-                    Some(s.clone())
-                })
-                .collect()
-        };
-        let mut ok = true;
-        for s in &touched {
-            if let Err(e) = self.store.put("service", &s.id, s).await {
-                tracing::error!(service = %s.id, error = %e, "billing: cannot store the usage");
-                ok = false;
+            // Written while the services are locked: this write is never
+            // older than the document in memory, so it cannot undo another
+            // change (a graph grown meanwhile). Services whose write failed
+            // before are written again.
+            touched.extend(dirty.drain());
+            for sid in touched {
+                let Some(s) = services.get_mut(&sid) else {
+                    continue;
+                };
+                let live: HashSet<String> = s.graph.instances().map(|i| i.id.clone()).collect();
+                prune(&mut s.billing, &live, now, keep_ms);
+                if let Err(e) = self.store.put("service", &s.id, &*s).await {
+                    tracing::error!(service = %s.id, error = %e, "billing: cannot store the usage");
+                    dirty.insert(sid);
+                }
             }
         }
-        ok
+        dirty.is_empty()
     }
 }
 
