@@ -115,7 +115,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
     if a.vcpu_share.is_nan() || !(0.01..=64.0).contains(&a.vcpu_share) {
         return Err("--vcpu-share must be from 0.01 to 64".into());
     }
-    rt.block_on(async move {
+    let r = rt.block_on(async move {
         let t0 = std::time::Instant::now();
         let origin = if a.demo {
             let l = tokio::net::TcpListener::bind(a.demo_origin)
@@ -274,7 +274,10 @@ Watch the demo's video (a test pattern, made with ffmpeg in about a minute when 
             k.stop().await;
         }
         Ok(())
-    })
+    });
+    // Whatever still runs on blocking threads is not waited for long.
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    r
 }
 
 /// SIGINT (Ctrl-C) or SIGTERM: either stops `vcdn up` cleanly (the Kafka
