@@ -262,6 +262,88 @@ async fn usage_is_billed_through_kafka_exactly_once_across_a_killed_control_plan
         usage(up, &id).await
     );
 
+    // Kafka has no authentication here: whoever reaches the broker can
+    // write to edge.stats. A record sealed with another key claiming a
+    // huge count for the real instance, one with the deployment's key from
+    // a source that is no instance, and garbage: counted, never billed.
+    let iid = inst["id"].as_str().unwrap().to_string();
+    let member = vcdn_telemetry::keys::KeyFile::load(
+        &up.dir.join(format!("instances/{iid}/telemetry-keys.json")),
+    )
+    .unwrap()
+    .keyring()
+    .unwrap();
+    let forged = vcdn_telemetry::record::Record {
+        source: iid.clone(),
+        service: None,
+        inc: u64::MAX,
+        seq: u64::MAX,
+        ts: u64::MAX,
+        data: json!({"requests": {"HIT": 1_000_000_000_000u64}, "body_bytes_sent": 1u64 << 50}),
+    };
+    let other = vcdn_telemetry::keys::KeyFile::generate().keyring().unwrap();
+    let stranger = vcdn_telemetry::record::Record {
+        source: "i-stranger".into(),
+        ..forged.clone()
+    };
+    let before = (
+        metric(
+            up,
+            "vcdn_control_billing_records_total{via=\"kafka\",result=\"bad_mac\"}",
+        )
+        .await,
+        metric(
+            up,
+            "vcdn_control_billing_records_total{via=\"kafka\",result=\"unknown_instance\"}",
+        )
+        .await,
+        metric(
+            up,
+            "vcdn_control_billing_records_total{via=\"kafka\",result=\"malformed\"}",
+        )
+        .await,
+    );
+    let intruder = vcdn_telemetry::kafka::Producer::new(&bootstrap, Default::default()).unwrap();
+    for frame in [
+        vcdn_telemetry::record::seal(&other, &forged),
+        vcdn_telemetry::record::seal(&member, &stranger),
+        b"ANDR\0\0\0\0not a record".to_vec(),
+    ] {
+        intruder.send("edge.stats", iid.as_bytes(), &frame).unwrap();
+    }
+    assert!(
+        intruder.flush(Duration::from_secs(20)),
+        "the intruder's records were not acknowledged"
+    );
+    let counted = eventually(20, || async {
+        metric(
+            up,
+            "vcdn_control_billing_records_total{via=\"kafka\",result=\"bad_mac\"}",
+        )
+        .await
+            > before.0
+            && metric(
+                up,
+                "vcdn_control_billing_records_total{via=\"kafka\",result=\"unknown_instance\"}",
+            )
+            .await
+                > before.1
+            && metric(
+                up,
+                "vcdn_control_billing_records_total{via=\"kafka\",result=\"malformed\"}",
+            )
+            .await
+                > before.2
+    })
+    .await;
+    assert!(counted, "the forged records were not counted");
+    assert_eq!(
+        usage(up, &id).await,
+        served(up, &admin).await,
+        "forged records were billed"
+    );
+    drop(intruder);
+
     // The control plane dies (SIGKILL: nothing flushed, its broker is
     // orphaned and keeps running); the cache keeps serving and publishing.
     k.up.kill();
