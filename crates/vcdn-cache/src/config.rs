@@ -160,6 +160,9 @@ pub struct CacheConfig {
     pub telemetry_broadcast: std::net::IpAddr,
     /// How often `edge.stats` is published, ms.
     pub telemetry_interval_ms: u64,
+    /// Also a datasink producer: once a data sink answers, records go to
+    /// Kafka too (acks=all), for billing (`vcdn up --kafka` sets it).
+    pub telemetry_kafka: bool,
 }
 
 impl Default for CacheConfig {
@@ -219,6 +222,7 @@ impl Default for CacheConfig {
             telemetry_discovery_port: 12555,
             telemetry_broadcast: std::net::Ipv4Addr::new(127, 255, 255, 255).into(),
             telemetry_interval_ms: 100,
+            telemetry_kafka: false,
         }
     }
 }

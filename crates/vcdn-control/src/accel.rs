@@ -345,6 +345,8 @@ pub(crate) mod tests {
             origin_policy: "deny non-public, allow 127.3.0.9:80, deny 127.10.0.0/16".into(),
             error: None,
             hop_key: "k".repeat(64),
+            billing: Default::default(),
+            billing_from_ms: 0,
         }
     }
 

@@ -811,6 +811,9 @@ async fn metrics(c: &Control, guard: &Guard) -> String {
     if let Some(t) = &c.cfg.telemetry {
         t.render(&mut out);
     }
+    if let Some(b) = &c.cfg.kafka_billing {
+        b.counters.render(&mut out);
+    }
     out
 }
 

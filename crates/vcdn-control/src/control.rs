@@ -59,6 +59,10 @@ pub struct ControlConfig {
     /// The telemetry agent (tracker and consumer); none: caches are
     /// started without telemetry and every instance is polled.
     pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    /// Billing through the Kafka data sink (`vcdn up --kafka`): caches'
+    /// requests and bytes are billed from `edge.stats` records consumed
+    /// from Kafka ([`crate::billing`]), not by the supervisor's sampling.
+    pub kafka_billing: Option<Arc<crate::billing::KafkaBilling>>,
     /// Whether `GET /stats` may be polled at all (`vcdn up
     /// --no-stats-polling` turns it off whatever the settings say).
     pub stats_polling: bool,
@@ -348,6 +352,7 @@ impl Control {
                     node: i.id.clone(),
                     discovery_port: t.options.discovery_port,
                     broadcast: t.options.broadcast,
+                    kafka: self.cfg.kafka_billing.is_some(),
                 }),
                 _ => None,
             },
@@ -580,6 +585,8 @@ impl Control {
             origin_policy,
             error: None,
             hop_key,
+            billing: Default::default(),
+            billing_from_ms: 0,
         };
         let summary = s
             .graph

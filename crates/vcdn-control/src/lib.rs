@@ -12,6 +12,7 @@
 
 pub mod accel;
 pub mod api;
+pub mod billing;
 pub mod certificates;
 pub mod chain_controller;
 pub mod control;
@@ -70,6 +71,17 @@ pub struct UpOptions {
     pub telemetry: Option<telemetry::TelemetryOptions>,
     /// False: never poll `GET /stats` (telemetry alone).
     pub stats_polling: bool,
+    /// Run a Kafka data sink and bill through it (`vcdn up --kafka`);
+    /// needs telemetry.
+    pub kafka: Option<KafkaPorts>,
+}
+
+/// `vcdn up --kafka`'s broker ports (on 127.0.0.1; its data in
+/// `DATA_DIR/kafka`).
+#[derive(Debug, Clone, Copy)]
+pub struct KafkaPorts {
+    pub port: u16,
+    pub controller_port: u16,
 }
 
 /// A running control plane and router.
@@ -86,6 +98,9 @@ pub struct Up {
     pub http: Option<SocketAddr>,
     pub router_admin: SocketAddr,
     pub operator_token: String,
+    /// The Kafka data sink (`--kafka`): stop it before exiting, so that
+    /// its broker goes too.
+    pub kafka: Option<telemetry::Sink>,
 }
 
 /// Starts the store, the router, the control plane, its supervisor and
@@ -218,8 +233,35 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
             "--no-stats-polling needs telemetry (the supervisor would see no instance)".into(),
         );
     }
+    // The data sink: its broker starts in the background; billing
+    // consumes from it as soon as it serves.
+    let (kafka, kafka_billing) = match (o.kafka, &telemetry) {
+        (None, _) => (None, None),
+        (Some(_), None) => {
+            return Err(
+                "--kafka needs telemetry (a --telemetry-discovery-port other than 0)".into(),
+            )
+        }
+        (Some(k), Some(t)) => {
+            let sink = t
+                .start_sink(&telemetry::KafkaOptions {
+                    data_dir: o.data_dir.join("kafka"),
+                    host: "127.0.0.1".into(),
+                    port: k.port,
+                    controller_port: k.controller_port,
+                })
+                .await?;
+            let billing = Arc::new(billing::KafkaBilling {
+                bootstrap: sink.bootstrap.clone(),
+                keys: t.keyring(),
+                counters: Default::default(),
+            });
+            (Some(sink), Some(billing))
+        }
+    };
     let cfg = ControlConfig {
         telemetry,
+        kafka_billing,
         stats_polling: o.stats_polling,
         data_dir: o.data_dir.clone(),
         operator_token: operator_token.clone(),
@@ -251,6 +293,9 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
             Arc::downgrade(t),
             router.clone(),
         ));
+    }
+    if control.cfg.kafka_billing.is_some() {
+        tokio::spawn(billing::run(Arc::downgrade(&control)));
     }
     tokio::spawn(supervisor::run(control.clone()));
     tokio::spawn(chain_controller::run(control.clone()));
@@ -286,5 +331,6 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         http: l.http,
         router_admin,
         operator_token,
+        kafka,
     })
 }

@@ -756,6 +756,8 @@ mod tests {
             origin_policy: String::new(),
             error: None,
             hop_key: String::new(),
+            billing: Default::default(),
+            billing_from_ms: 0,
         };
         let e = run_on(&s, &[other], &one_host).unwrap_err();
         assert!(

@@ -112,6 +112,8 @@ mod tests {
             origin_policy: String::new(),
             error: None,
             hop_key: String::new(),
+            billing: Default::default(),
+            billing_from_ms: 0,
         }
     }
 

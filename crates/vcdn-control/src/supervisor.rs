@@ -456,8 +456,13 @@ impl Control {
                         .map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum());
                     let bytes = v["body_bytes_sent"].as_u64().unwrap_or(0);
                     let (dr, db) = rt.count(&i.id, v["boot_ms"].as_u64(), requests, bytes);
-                    usage.requests += dr;
-                    usage.bytes += db;
+                    // With Kafka billing, the caches' requests and bytes
+                    // are billed as their records arrive from Kafka
+                    // (`crate::billing`); the delta here is load only.
+                    if self.cfg.kafka_billing.is_none() {
+                        usage.requests += dr;
+                        usage.bytes += db;
+                    }
                     rt.connections
                         .insert(i.id.clone(), v["connections_open"].as_f64().unwrap_or(0.0));
                     if !i.serving() {

@@ -20,8 +20,10 @@
 //!   the fallback and the liveness check (`docs/ARCHITECTURE.md`).
 //!
 //! Another transport (the Kafka datasink, for billing with acks from all
-//! replicas) hands its messages to [`Telemetry::offer`]: the same checks,
-//! the same table, so a record that arrives both ways counts once.
+//! replicas, [`crate::billing`]) hands its messages to
+//! [`Telemetry::offer_via`]: the same checks, the same table (a record
+//! that arrives both ways is kept once, from whichever path was faster),
+//! counted apart with `via="kafka"`.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -95,6 +97,15 @@ impl RecordCounters {
     }
 }
 
+/// The path a record came by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A datagram from the cache's agent (peer-to-peer mode).
+    P2p,
+    /// The Kafka data sink (`vcdn up --kafka`, see [`crate::billing`]).
+    Kafka,
+}
+
 struct Table {
     latest: Latest,
     /// When each held record arrived here.
@@ -117,6 +128,8 @@ pub struct Telemetry {
     state: Mutex<State>,
     pub stats_counters: RecordCounters,
     pub events_counters: RecordCounters,
+    /// `edge.stats` records that came through Kafka.
+    pub kafka_stats_counters: RecordCounters,
     /// Events received, by kind (`start`, `drain`, other).
     events_by_kind: Mutex<HashMap<String, u64>>,
     /// This process's incarnation (its records' `inc`).
@@ -211,6 +224,7 @@ impl Telemetry {
             }),
             stats_counters: RecordCounters::default(),
             events_counters: RecordCounters::default(),
+            kafka_stats_counters: RecordCounters::default(),
             events_by_kind: Mutex::new(HashMap::new()),
             boot_ms: crate::control::now_ms(),
             seqs: Mutex::new(HashMap::new()),
@@ -246,9 +260,15 @@ impl Telemetry {
     /// source's newest: the entry point for every transport. Says whether
     /// it was kept.
     pub fn offer(&self, topic: &str, frame: &[u8]) -> bool {
-        let (counters, stats) = match topic {
-            TOPIC_EDGE_STATS => (&self.stats_counters, true),
-            TOPIC_EDGE_EVENTS => (&self.events_counters, false),
+        self.offer_via(topic, frame, Via::P2p)
+    }
+
+    /// [`Telemetry::offer`] of a frame that came by `via` (counted apart).
+    pub fn offer_via(&self, topic: &str, frame: &[u8], via: Via) -> bool {
+        let (counters, stats) = match (topic, via) {
+            (TOPIC_EDGE_STATS, Via::P2p) => (&self.stats_counters, true),
+            (TOPIC_EDGE_STATS, Via::Kafka) => (&self.kafka_stats_counters, true),
+            (TOPIC_EDGE_EVENTS, Via::P2p) => (&self.events_counters, false),
             _ => return false,
         };
         let r = match record::open(&self.keys, frame) {
@@ -389,6 +409,20 @@ impl Telemetry {
                 );
             }
         }
+        for (result, v) in [
+            ("accepted", &self.kafka_stats_counters.accepted),
+            ("duplicate", &self.kafka_stats_counters.duplicate),
+            ("unknown_source", &self.kafka_stats_counters.unknown_source),
+            ("bad_mac", &self.kafka_stats_counters.bad_mac),
+            ("unknown_key", &self.kafka_stats_counters.unknown_key),
+            ("malformed", &self.kafka_stats_counters.malformed),
+        ] {
+            let _ = writeln!(
+                out,
+                "vcdn_control_telemetry_records_total{{topic=\"{TOPIC_EDGE_STATS}\",result=\"{result}\",via=\"kafka\"}} {}",
+                v.load(Relaxed)
+            );
+        }
         let _ = writeln!(out, "# TYPE vcdn_control_telemetry_events_total counter");
         let mut ev: Vec<_> = self
             .events_by_kind
@@ -484,5 +518,87 @@ async fn receive(t: std::sync::Weak<Telemetry>, sock: UdpSocket, topic: &'static
         };
         let Some(t) = t.upgrade() else { return };
         t.offer(topic, &buf[..n]);
+    }
+}
+
+/// Where `vcdn up --kafka` runs its Kafka broker (the data sink).
+#[derive(Debug, Clone)]
+pub struct KafkaOptions {
+    /// The broker's directory (data, logs, pid file).
+    pub data_dir: std::path::PathBuf,
+    pub host: String,
+    pub port: u16,
+    pub controller_port: u16,
+}
+
+/// The control plane's data sink: a third agent (`control-sink`, role
+/// datasink) whose task runs the Kafka broker and answers the producers'
+/// HELLOs with its bootstrap servers. Stopping it ([`Sink::stop`], or
+/// dropping the runtime) kills the broker.
+pub struct Sink {
+    pub agent: Arc<Agent>,
+    /// `host:port` of the broker.
+    pub bootstrap: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sink {
+    /// Stops the broker and waits until it is gone.
+    pub async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+impl Telemetry {
+    /// Starts the data sink (see [`Sink`]). The Kafka distribution must be
+    /// there (`scripts/kafka.sh`); the broker itself starts in the
+    /// background (seconds): producers keep what they publish meanwhile.
+    pub async fn start_sink(&self, o: &KafkaOptions) -> Result<Sink, String> {
+        use vcdn_telemetry::datasink::{self, BrokerSetup};
+        let dist =
+            vcdn_telemetry::kafka::KafkaDist::locate().map_err(|e| format!("--kafka: {e}"))?;
+        let mut cfg = AgentConfig::loopback("control-sink", vec![Role::Datasink]);
+        cfg.discovery_port = self.options.discovery_port;
+        cfg.broadcast = self.options.broadcast;
+        let agent = Arc::new(
+            Agent::start(cfg, self.keys.clone())
+                .await
+                .map_err(|e| format!("cannot start the data sink's agent: {e}"))?,
+        );
+        let setup = BrokerSetup {
+            dist,
+            data_dir: o.data_dir.clone(),
+            host: o.host.clone(),
+            client_port: o.port,
+            controller_port: o.controller_port,
+            heap_mib: 384,
+            topics: [
+                TOPIC_EDGE_STATS,
+                TOPIC_EDGE_EVENTS,
+                TOPIC_ROUTER_DECISIONS,
+                TOPIC_QOE_REPORTS,
+            ]
+            .iter()
+            .map(|t| t.to_string())
+            .collect(),
+            partitions: 4,
+        };
+        let a = agent.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = datasink::run_master(a, setup).await {
+                tracing::error!(error = %e, "the Kafka data sink stopped; billing waits for it");
+            }
+        });
+        Ok(Sink {
+            agent,
+            bootstrap: format!("{}:{}", o.host, o.port),
+            task,
+        })
+    }
+
+    /// The deployment's keys (records are opened with them).
+    pub fn keyring(&self) -> Arc<Keyring> {
+        self.keys.clone()
     }
 }

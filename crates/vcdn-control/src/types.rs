@@ -301,6 +301,17 @@ pub struct Service {
     /// service, made at order time, never shown by the API.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hop_key: String,
+    /// Kafka billing's cursor per instance (what was billed last of it),
+    /// stored with the usage it produced so that a restarted control plane
+    /// bills exactly once ([`crate::billing`]); never shown by the API.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub billing: std::collections::BTreeMap<String, crate::billing::Cursor>,
+    /// When Kafka billing first billed this service (ms since the epoch),
+    /// or 1 if nothing had been billed before it: a cache that booted
+    /// before this was billed by sampling until then, so its first record
+    /// without a cursor is a baseline, not new usage. 0: not yet.
+    #[serde(default, skip_serializing_if = "crate::billing::is_zero")]
+    pub billing_from_ms: u64,
 }
 
 /// The service instance graph: instances per region, on hosts.

@@ -58,6 +58,8 @@ pub struct InstanceTelemetry {
     pub node: String,
     pub discovery_port: u16,
     pub broadcast: std::net::IpAddr,
+    /// Also produce to the Kafka data sink (`vcdn up --kafka`: billing).
+    pub kafka: bool,
 }
 
 impl std::fmt::Debug for InstanceTelemetry {
@@ -164,6 +166,9 @@ pub fn command(
                 flag("--telemetry-node", t.node.clone());
                 flag("--telemetry-discovery-port", t.discovery_port.to_string());
                 flag("--telemetry-broadcast", t.broadcast.to_string());
+                if t.kafka {
+                    args.push("--telemetry-kafka".into());
+                }
             }
             vec![("VCDN_ADMIN_TOKEN", spec.admin_token.clone())]
         }
@@ -680,6 +685,7 @@ mod tests {
             node: "i-1".into(),
             discovery_port: 23456,
             broadcast: "127.255.255.255".parse().unwrap(),
+            kafka: false,
         };
         let path = vim.write_telemetry_keys("i-1", &t).unwrap();
         assert_eq!(path, data.join("instances/i-1/telemetry-keys.json"));

@@ -222,6 +222,10 @@ struct CacheArgs {
     /// How often edge.stats is published, ms [default: 100].
     #[arg(long, env = "VCDN_TELEMETRY_INTERVAL_MS")]
     telemetry_interval_ms: Option<u64>,
+    /// Also send the telemetry records to the Kafka data sink when one
+    /// answers (acks from all replicas: billing; vcdn up --kafka sets it).
+    #[arg(long, env = "VCDN_TELEMETRY_KAFKA")]
+    telemetry_kafka: bool,
     /// TOML file with any of these settings (flags win).
     #[arg(long, env = "VCDN_CONFIG")]
     config: Option<PathBuf>,
@@ -460,6 +464,9 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     }
     if let Some(v) = a.telemetry_interval_ms {
         c.telemetry_interval_ms = v;
+    }
+    if a.telemetry_kafka {
+        c.telemetry_kafka = true;
     }
     Ok(c)
 }

@@ -82,6 +82,19 @@ pub struct UpArgs {
     /// polling off.
     #[arg(long)]
     no_stats_polling: bool,
+    /// Run a Kafka data sink (a broker on 127.0.0.1, its data in
+    /// DATA_DIR/kafka) and bill the caches' requests and bytes through it:
+    /// their edge.stats records go to Kafka with acks from all replicas and
+    /// are billed exactly once as they arrive. Needs the Kafka distribution
+    /// that scripts/kafka.sh fetches.
+    #[arg(long, env = "VCDN_KAFKA")]
+    kafka: bool,
+    /// The Kafka broker's client port (with --kafka).
+    #[arg(long, default_value_t = 9092, env = "VCDN_KAFKA_PORT")]
+    kafka_port: u16,
+    /// The Kafka controller's port (with --kafka).
+    #[arg(long, default_value_t = 9093, env = "VCDN_KAFKA_CONTROLLER_PORT")]
+    kafka_controller_port: u16,
     /// Also run a demo origin and make a demo customer.
     #[arg(long)]
     demo: bool,
@@ -102,7 +115,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
     if a.vcpu_share.is_nan() || !(0.01..=64.0).contains(&a.vcpu_share) {
         return Err("--vcpu-share must be from 0.01 to 64".into());
     }
-    rt.block_on(async move {
+    let r = rt.block_on(async move {
         let t0 = std::time::Instant::now();
         let origin = if a.demo {
             let l = tokio::net::TcpListener::bind(a.demo_origin)
@@ -121,7 +134,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
         } else {
             None
         };
-        let up = vcdn_control::up(vcdn_control::UpOptions {
+        let mut up = vcdn_control::up(vcdn_control::UpOptions {
             data_dir: a.data_dir.clone(),
             database_url: a.database_url.clone(),
             api: a.api,
@@ -143,6 +156,10 @@ pub fn run(a: UpArgs) -> Result<(), String> {
                 },
             ),
             stats_polling: !a.no_stats_polling,
+            kafka: a.kafka.then_some(vcdn_control::KafkaPorts {
+                port: a.kafka_port,
+                controller_port: a.kafka_controller_port,
+            }),
             api_tls: match (&a.tls_cert, &a.tls_key, a.plain_http) {
                 (_, _, true) => vcdn_control::pki::ApiTls::Plain,
                 (Some(cert), Some(key), _) => vcdn_control::pki::ApiTls::Files {
@@ -176,6 +193,14 @@ pub fn run(a: UpArgs) -> Result<(), String> {
         }
         println!("  router admin   https://{} (certificate of the internal CA, {})", up.router_admin, a.data_dir.join(vcdn_control::pki::CA_CERT).display());
         println!("  store          {} in {}", up.control.store.engine(), a.data_dir.display());
+        if let Some(k) = &up.kafka {
+            println!(
+                "  Kafka          {} (data sink, controller 127.0.0.1:{}, data in {}; usage billed from edge.stats with acks=all)",
+                k.bootstrap,
+                a.kafka_controller_port,
+                a.data_dir.join("kafka").display()
+            );
+        }
         println!("  operator token {}", up.operator_token);
         let mut token = String::from("<customer API key>");
         if let Some(o) = origin {
@@ -243,10 +268,34 @@ Watch the demo's video (a test pattern, made with ffmpeg in about a minute when 
             },
         );
         tracing::info!(api = %up.api, dns = ?up.dns, http = ?up.http, "vcdn up ready");
-        tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+        shutdown_signal().await;
         println!("vcdn up: stopping (cache instances keep running)");
+        if let Some(k) = up.kafka.take() {
+            k.stop().await;
+        }
         Ok(())
-    })
+    });
+    // Whatever still runs on blocking threads is not waited for long.
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    r
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM: either stops `vcdn up` cleanly (the Kafka
+/// broker, if any, is stopped with it).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        } => {}
+    }
 }
 
 /// The demo customer's key, made on first run and kept in the data dir.
