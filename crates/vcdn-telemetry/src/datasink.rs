@@ -98,6 +98,7 @@ pub async fn run_master(agent: Arc<Agent>, setup: BrokerSetup) -> Result<(), Str
         .create_topics(&topics)
         .await
         .map_err(|e| format!("creating the telemetry topics: {e}"))?;
+    warm_up(&bootstrap).await;
     let mut events = agent.events();
     agent.become_authority(
         AuthorityKind::Datasink,
@@ -150,6 +151,29 @@ pub async fn run_master(agent: Arc<Agent>, setup: BrokerSetup) -> Result<(), Str
     drop(broker);
     Ok(())
 }
+
+/// Sends one message with an idempotent producer before the sink announces
+/// itself, so that the transaction coordinator (which hands out producer
+/// ids, and makes its log at the first request) is ready when the first
+/// producer comes: discovery is then a matter of milliseconds, not of the
+/// broker creating an internal topic.
+async fn warm_up(bootstrap: &str) {
+    let b = bootstrap.to_string();
+    let ok = tokio::task::spawn_blocking(move || {
+        let p = Producer::new(&b, ProducerOptions::default()).ok()?;
+        p.send(WARM_UP_TOPIC, b"", b"").ok()?;
+        p.flush(Duration::from_secs(60)).then_some(())
+    })
+    .await;
+    if !matches!(ok, Ok(Some(()))) {
+        tracing::warn!(
+            "data sink: the warm-up message was not delivered; the first producer may wait"
+        );
+    }
+}
+
+/// Where [`warm_up`] writes (no consumer reads it).
+const WARM_UP_TOPIC: &str = "_vcdn.warmup";
 
 /// Runs a datasink slave: on each broker id assigned, (re)starts the broker
 /// and registers it.

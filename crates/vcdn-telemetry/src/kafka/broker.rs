@@ -181,6 +181,10 @@ impl BrokerSpec {
             "offsets.topic.num.partitions={}",
             self.offsets_partitions.max(1)
         );
+        // Idempotent producers (acks=all) get their producer id from the
+        // transaction coordinator, whose log is made at the first request:
+        // 50 partitions (the default) take seconds on a small node.
+        let _ = writeln!(p, "transaction.state.log.num.partitions=4");
         let _ = writeln!(p, "transaction.state.log.replication.factor={rf}");
         let _ = writeln!(p, "transaction.state.log.min.isr={min_isr}");
         let _ = writeln!(p, "share.coordinator.state.topic.replication.factor={rf}");
