@@ -210,13 +210,16 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
     }
     let mut tasks = Vec::new();
     if let Some(setup) = broker_setup {
-        let run = if a.roles.contains(&Role::Datasink) {
-            tokio::spawn(datasink::run_master(agent.clone(), setup))
-        } else {
-            tokio::spawn(datasink::run_slave(agent.clone(), setup))
-        };
+        // One task, aborted at shutdown: dropping it drops the broker,
+        // whose Drop stops the JVM before this process exits.
+        let (agent, master) = (agent.clone(), a.roles.contains(&Role::Datasink));
         tasks.push(tokio::spawn(async move {
-            if let Ok(Err(e)) = run.await {
+            let r = if master {
+                datasink::run_master(agent, setup).await
+            } else {
+                datasink::run_slave(agent, setup).await
+            };
+            if let Err(e) = r {
                 eprintln!("vcdn agent: {e}");
                 std::process::exit(1);
             }

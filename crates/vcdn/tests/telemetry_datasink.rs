@@ -55,7 +55,7 @@ impl Drop for Agent {
             // SAFETY: kill(2) on our own child.
             unsafe { libc::kill(p.child.id() as i32, libc::SIGTERM) };
             let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(15) {
+            while t0.elapsed() < Duration::from_secs(30) {
                 if let Ok(Some(_)) = p.child.try_wait() {
                     return;
                 }
@@ -275,15 +275,22 @@ fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// No broker JVM of this test is left behind.
+/// (A broker being stopped gets a few seconds for its controlled shutdown.)
 fn assert_no_broker_left(d: &Deployment) {
     let needle = d.dir.0.display().to_string();
-    let left: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains("kafka.Kafka") && c.contains(&needle))
-        .collect();
-    assert!(left.is_empty(), "brokers left running: {left:?}");
+    let left = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains("kafka.Kafka") && c.contains(&needle))
+            .collect()
+    };
+    let t0 = Instant::now();
+    while !left().is_empty() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(left().is_empty(), "brokers left running: {:?}", left());
 }
 
 #[test]
