@@ -105,10 +105,16 @@ pub fn generate(
                     // A full socket buffer: wait, as a real sender's
                     // blocking send would.
                     while let Err(e) = s.send_to(&m, *to) {
-                        if e.kind() != io::ErrorKind::WouldBlock {
-                            return Err(e);
+                        match e.kind() {
+                            io::ErrorKind::WouldBlock => {
+                                std::thread::sleep(Duration::from_micros(100))
+                            }
+                            // An ICMP "port unreachable" for an earlier
+                            // datagram (the receiver not yet bound): that
+                            // one is lost, and counted as lost.
+                            io::ErrorKind::ConnectionRefused => break,
+                            _ => return Err(e),
                         }
-                        std::thread::sleep(Duration::from_micros(100));
                     }
                 }
                 Sink::Tcp(_) => batch.extend_from_slice(&m),

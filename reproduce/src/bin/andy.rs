@@ -174,15 +174,16 @@ impl Bed {
             .spawn()
             .map_err(|e| format!("vcdn agent in {node}: {e}"))?;
         // Wait for the line that says where it listens.
-        let out = child.stdout.take().expect("piped");
+        let mut out = BufReader::new(child.stdout.take().expect("piped"));
         let mut line = String::new();
-        BufReader::new(out)
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
+        out.read_line(&mut line).map_err(|e| e.to_string())?;
         if !line.contains("vcdn agent") {
             let _ = child.kill();
             return Err(format!("vcdn agent in {node} did not start: {line}"));
         }
+        // Keep reading what it prints: a closed pipe would end the agent at
+        // its next line (its ingest ports are printed after the first).
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         Ok(Proc(child))
     }
 
