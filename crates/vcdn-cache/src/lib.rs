@@ -80,6 +80,7 @@ impl Running {
         {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+        telemetry::leave(&self.cache);
     }
 
     /// Block until the serving threads end (they do not, short of a panic).

@@ -472,11 +472,30 @@ impl Agent {
     }
 
     /// Leaves cleanly: BYE to the authorities (and a broadcast one if this
-    /// node is an authority), then stops.
-    pub async fn shutdown(self) {
+    /// node is an authority), then stops. Takes `&self` because the
+    /// agent is usually shared (a metrics handler holds it too).
+    pub async fn shutdown(&self) {
         let (tx, rx) = tokio::sync::oneshot::channel();
         if self.cmd.send(Cmd::Shutdown(tx)).is_ok() {
             let _ = tokio::time::timeout(Duration::from_secs(1), rx).await;
+        }
+    }
+
+    /// [`Agent::shutdown`] from a thread outside the agent's runtime (a
+    /// draining server's): waits up to `timeout` for the BYE to be sent.
+    pub fn shutdown_blocking(&self, timeout: Duration) {
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        if self.cmd.send(Cmd::Shutdown(tx)).is_err() {
+            return;
+        }
+        let until = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < until {
+            match rx.try_recv() {
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                _ => return,
+            }
         }
     }
 }

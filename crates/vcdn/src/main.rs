@@ -20,6 +20,7 @@ mod proxy_cmd;
 mod reactive_cmd;
 mod router_cmd;
 mod service_cmd;
+mod sim_cmd;
 mod telemetry_cmd;
 mod testbed_cmd;
 mod up_cmd;
@@ -64,6 +65,9 @@ enum Cmd {
     /// The proxy chain (MOSTO) for a transfer between two locations, from
     /// an RTT matrix or a topology: JSON with the pair's Pareto front.
     Chains(chains_cmd::ChainsArgs),
+    /// Simulate a country-scale elastic CDN (CDNSim): AS graph, live
+    /// channels, on-demand caches with a boot time; prints QoE and loads.
+    Sim(sim_cmd::SimArgs),
     /// Run the demo origin (synthetic objects and streams).
     Origin {
         #[arg(long, default_value = "127.0.0.1:9000", env = "VCDN_ORIGIN_LISTEN")]
@@ -377,6 +381,7 @@ fn main() -> ExitCode {
         Cmd::Name(c) => name_cmd::run(c),
         Cmd::Model(c) => model_cmd::run(c),
         Cmd::Chains(a) => chains_cmd::run(a),
+        Cmd::Sim(a) => sim_cmd::run(a),
         Cmd::Demo {
             listen,
             admin,

@@ -285,10 +285,8 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
     if let Some(k) = agent.kafka_producer() {
         let _ = tokio::task::spawn_blocking(move || k.flush(Duration::from_secs(5))).await;
     }
-    match Arc::try_unwrap(agent) {
-        Ok(agent) => agent.shutdown().await,
-        Err(_) => tracing::warn!("agent still shared at exit; leaving without BYE"),
-    }
+    // The metrics handler still holds the agent; BYE goes out regardless.
+    agent.shutdown().await;
     Ok(())
 }
 

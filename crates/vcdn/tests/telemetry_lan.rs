@@ -140,7 +140,7 @@ fn p2p_agents_discover_each_other_by_broadcast_and_follow_a_tracker_respawned_el
         got
     };
     std::thread::scope(|s| {
-        s.spawn(|| feed(&lan, Duration::from_secs(14)));
+        s.spawn(|| feed(&lan, Duration::from_secs(20)));
         // Configured within the new tracker's warm-up and a renewal.
         let first = received(Duration::from_secs(5));
         assert!(!first.is_empty(), "data arrive across the network");
@@ -161,7 +161,7 @@ fn p2p_agents_discover_each_other_by_broadcast_and_follow_a_tracker_respawned_el
             })
             .unwrap();
         app2.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
-        let _c2 = agent_as(
+        let c2 = agent_as(
             &lan,
             "consumer",
             "consumer-2",
@@ -178,6 +178,20 @@ fn p2p_agents_discover_each_other_by_broadcast_and_follow_a_tracker_respawned_el
             .recv_from(&mut b)
             .expect("the new consumer gets data through the new tracker");
         assert_eq!(from.ip(), lan.addr("producer").unwrap());
+        // consumer-2 leaves cleanly (SIGTERM): its BYE takes it out of the
+        // producer's destinations at once, not when its lease (6 s) ends.
+        c2.terminate();
+        app2.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(300) {
+            let _ = app2.recv_from(&mut b); // what was in flight
+        }
+        app2.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        assert!(
+            app2.recv_from(&mut b).is_err(),
+            "no data for a consumer that said BYE"
+        );
     });
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,6 +12,21 @@ use vcdn_netem::Bed;
 /// is left in its namespaces when it is dropped).
 pub struct InNode(pub Child);
 
+impl InNode {
+    /// Stops the process as an operator would, with SIGTERM, and waits up
+    /// to 5 s for it to exit (then kills it).
+    pub fn terminate(mut self) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < until {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 impl Drop for InNode {
     fn drop(&mut self) {
         let _ = self.0.kill();

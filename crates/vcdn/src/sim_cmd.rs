@@ -1,0 +1,420 @@
+//! `vcdn sim`: a country-scale elastic CDN in the flow-level simulator
+//! (CDNSim, MiniCache paper §3) with vcdn's policies; prints the QoE and
+//! the load it puts on caches and ASes.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use vcdn_sim::engine::{BootSemantics, CachePolicy, Config, Outcome, Sim};
+use vcdn_sim::graph::{AsGraph, Capacities, CountrySize};
+use vcdn_sim::qoe::{Cdf, SessionQoe, Summary};
+use vcdn_sim::share::Mode;
+use vcdn_sim::workload::Workload;
+
+/// Largest input file read.
+const MAX_FILE: u64 = 256 << 20;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Preset {
+    /// The paper's §3.2 as written (unstated values documented).
+    Paper,
+    /// What the authors' published code draws.
+    Original,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Boot {
+    /// Requests wait for their booting cache (the original code).
+    Wait,
+    /// Requests go to the origin while the cache boots (the paper's text).
+    Origin,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Sharing {
+    /// Exact max-min fairness with per-flow caps.
+    MaxMin,
+    /// The original's local fair share, freed capacity taken up every 1 s.
+    Original,
+}
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// A synthetic country graph of the size of the paper's Table 2: US,
+    /// DE, RU, FR, ES or KR.
+    #[arg(long, default_value = "DE", conflicts_with_all = ["topology", "caida"])]
+    country: String,
+    /// Seed of the synthetic graph.
+    #[arg(long, default_value_t = 1)]
+    graph_seed: u64,
+    /// An open topology: PREFIX with PREFIX.nodes.csv and PREFIX.edges.csv
+    /// (shared/data/topologies), roles assigned by rule.
+    #[arg(long)]
+    topology: Option<PathBuf>,
+    /// CAIDA AS relationships (a|b|rel) …
+    #[arg(long, requires = "roles")]
+    caida: Option<PathBuf>,
+    /// … with a roles/weights CSV asn,role,weight[,country].
+    #[arg(long, requires = "caida")]
+    roles: Option<PathBuf>,
+    /// Keep only the roles rows of this country.
+    #[arg(long, requires = "roles")]
+    roles_country: Option<String>,
+
+    #[arg(long, value_enum, default_value = "paper")]
+    preset: Preset,
+    /// Requests per second (overrides the preset).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds during which requests arrive (overrides the preset).
+    #[arg(long)]
+    arrivals_s: Option<f64>,
+    #[arg(long)]
+    channels: Option<u32>,
+
+    /// Start a cache per (AS, channel) on demand.
+    #[arg(long)]
+    on_demand: bool,
+    /// Share of access ASes (heaviest first) with static caches.
+    #[arg(long, default_value_t = 0.0)]
+    static_share: f64,
+    /// Requests for (AS, channel) that start its cache.
+    #[arg(long, default_value_t = 1)]
+    threshold: u32,
+    /// Boot time of an on-demand cache (ms).
+    #[arg(long, default_value_t = 100.0)]
+    boot_ms: f64,
+    #[arg(long, value_enum, default_value = "wait")]
+    boot: Boot,
+    /// Keep an idle cache this long (s; 0: tear down at once).
+    #[arg(long, default_value_t = 0.0)]
+    idle_s: f64,
+
+    #[arg(long, value_enum, default_value = "max-min")]
+    sharing: Sharing,
+    /// Settle rates once per epoch instead of at every instant (ms; 0: exact).
+    #[arg(long, default_value_t = 0.0)]
+    epoch_ms: f64,
+    /// Route only over valley-free paths (CAIDA relationships).
+    #[arg(long)]
+    valley_free: bool,
+    #[arg(long, default_value_t = 10.0)]
+    hop_delay_ms: f64,
+    #[arg(long, default_value_t = 40.0)]
+    core_gbps: f64,
+    #[arg(long, default_value_t = 10.0)]
+    access_gbps: f64,
+    #[arg(long, default_value_t = 25.0)]
+    line_mbps: f64,
+    /// Seconds of video buffered before playing.
+    #[arg(long, default_value_t = 10.0)]
+    buffer_s: f64,
+
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Stop at this simulated time (s).
+    #[arg(long)]
+    until_s: Option<f64>,
+    /// Write one CSV line per session here.
+    #[arg(long)]
+    sessions_csv: Option<PathBuf>,
+    /// Write the summary as JSON here ("-": standard output).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress line on standard error.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = String::new();
+    f.take(MAX_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(format!("{}: larger than {MAX_FILE} bytes", path.display()));
+    }
+    Ok(text)
+}
+
+fn graph(a: &SimArgs) -> Result<(AsGraph, String), String> {
+    if let Some(prefix) = &a.topology {
+        let p = prefix.display().to_string();
+        let g = AsGraph::from_topology(
+            &read(Path::new(&format!("{p}.nodes.csv")))?,
+            &read(Path::new(&format!("{p}.edges.csv")))?,
+        )
+        .map_err(|e| format!("{p}: {e}"))?;
+        return Ok((g, p));
+    }
+    if let (Some(rel), Some(roles)) = (&a.caida, &a.roles) {
+        let g = AsGraph::from_caida(&read(rel)?, &read(roles)?, a.roles_country.as_deref())
+            .map_err(|e| e.to_string())?;
+        return Ok((g, format!("CAIDA {}", rel.display())));
+    }
+    let size = CountrySize::table2(&a.country).ok_or_else(|| {
+        format!(
+            "--country {:?}: Table 2 has US, DE, RU, FR, ES and KR",
+            a.country
+        )
+    })?;
+    Ok((
+        AsGraph::synthetic(size, a.graph_seed),
+        format!(
+            "synthetic {} ({} ASes)",
+            a.country.to_uppercase(),
+            size.total()
+        ),
+    ))
+}
+
+fn ns(ms: f64, what: &str) -> Result<u64, String> {
+    if ms.is_finite() && ms >= 0.0 {
+        Ok((ms * 1e6) as u64)
+    } else {
+        Err(format!("{what} must be a number ≥ 0"))
+    }
+}
+
+fn config(a: &SimArgs) -> Result<Config, String> {
+    let mut w = match a.preset {
+        Preset::Paper => Workload::paper(),
+        Preset::Original => Workload::original(),
+    };
+    if let Some(r) = a.rate {
+        // The original's gap shape follows its rate.
+        if matches!(a.preset, Preset::Original) {
+            w.gap_shape = 1.0 / r;
+        }
+        w.rate = r;
+    }
+    if let Some(s) = a.arrivals_s {
+        w.arrivals_s = s;
+    }
+    if let Some(c) = a.channels {
+        w.channels = c;
+    }
+    w.validate()?;
+    if !(0.0..=1.0).contains(&a.static_share) {
+        return Err("--static-share is a share between 0 and 1".into());
+    }
+    for (v, what) in [
+        (a.core_gbps, "--core-gbps"),
+        (a.access_gbps, "--access-gbps"),
+        (a.line_mbps, "--line-mbps"),
+    ] {
+        if !(v > 0.0 && v.is_finite()) {
+            return Err(format!("{what} must be > 0"));
+        }
+    }
+    Ok(Config {
+        workload: w,
+        caches: CachePolicy {
+            on_demand: a.on_demand,
+            static_share: a.static_share,
+            start_threshold: a.threshold.max(1),
+            boot_ns: ns(a.boot_ms, "--boot-ms")?,
+            boot: match a.boot {
+                Boot::Wait => BootSemantics::Wait,
+                Boot::Origin => BootSemantics::Origin,
+            },
+            idle_ns: ns(a.idle_s * 1e3, "--idle-s")?,
+        },
+        capacities: Capacities {
+            core_bps: a.core_gbps * 1e9,
+            access_bps: a.access_gbps * 1e9,
+            line_bps: a.line_mbps * 1e6,
+        },
+        hop_delay_ns: ns(a.hop_delay_ms, "--hop-delay-ms")?,
+        buffer_s: a.buffer_s,
+        sharing: match a.sharing {
+            Sharing::MaxMin => Mode::MaxMin,
+            Sharing::Original => Mode::LocalFairShare,
+        },
+        epoch_ns: ns(a.epoch_ms, "--epoch-ms")?,
+        valley_free: a.valley_free,
+        seed: a.seed,
+        until_ns: a.until_s.map(|s| ns(s * 1e3, "--until-s")).transpose()?,
+        ..Config::default()
+    })
+}
+
+/// Peak resident memory of this process (bytes), from /proc.
+fn peak_rss() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn quantiles(c: &Cdf) -> serde_json::Value {
+    json!({"mean": c.mean(), "p50": c.quantile(0.5), "p90": c.quantile(0.9), "p99": c.quantile(0.99), "max": c.max()})
+}
+
+pub fn run(a: SimArgs) -> Result<(), String> {
+    let (g, described) = graph(&a)?;
+    let cfg = config(&a)?;
+    let expected = cfg.workload.expected_sessions();
+    let sim = Sim::new(&g, cfg.clone())?;
+    let access = sim.access_nodes().len();
+    if !a.quiet {
+        eprintln!("vcdn sim: {described}, {access} access ASes reachable, ~{expected:.0} sessions");
+    }
+    let wall = Instant::now();
+    let mut last = Instant::now();
+    let quiet = a.quiet;
+    let out = sim.run(50_000, |p| {
+        if !quiet && last.elapsed().as_millis() >= 1000 {
+            last = Instant::now();
+            let t = p.now_ns as f64 / 1e9;
+            eprint!(
+                "\r  {t:7.0} s simulated ({:.0}× real time), {} of ~{expected:.0} sessions started, {} done, {} flows   ",
+                t / wall.elapsed().as_secs_f64(),
+                p.sessions_started,
+                p.sessions_done,
+                p.active_flows
+            );
+        }
+    });
+    let secs = wall.elapsed().as_secs_f64();
+    if !a.quiet {
+        eprintln!();
+    }
+    if let Some(path) = &a.sessions_csv {
+        write_sessions(path, &out.sessions)?;
+    }
+    let report = report(&out, secs, &described);
+    print_report(&report);
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&report).unwrap();
+        if path == Path::new("-") {
+            println!("{text}");
+        } else {
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn write_sessions(path: &Path, sessions: &[SessionQoe]) -> Result<(), String> {
+    let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    writeln!(w, "{}", SessionQoe::CSV_HEADER).map_err(err)?;
+    for s in sessions {
+        writeln!(w, "{}", s.csv()).map_err(err)?;
+    }
+    w.flush().map_err(err)
+}
+
+fn report(out: &Outcome, secs: f64, graph: &str) -> serde_json::Value {
+    let q = Summary::of(&out.sessions);
+    let vm_rate = Cdf::new(out.vms.iter().map(|v| v.2).collect());
+    let vm_conn = Cdf::new(out.vms.iter().map(|v| v.3 as f64).collect());
+    let as_rate = Cdf::new(out.peaks.per_as.values().map(|p| p.rate_bps).collect());
+    let as_conn = Cdf::new(
+        out.peaks
+            .per_as
+            .values()
+            .map(|p| p.connections as f64)
+            .collect(),
+    );
+    let as_vms = Cdf::new(out.peaks.per_as.values().map(|p| p.vms as f64).collect());
+    let rss = peak_rss();
+    json!({
+        "graph": graph,
+        "sessions": q.sessions,
+        "unfinished": out.unfinished,
+        "simulated_s": out.end_ns as f64 / 1e9,
+        "wall_s": secs,
+        "events": out.events,
+        "events_per_s": out.events as f64 / secs,
+        "max_active_flows": out.max_active_flows,
+        "peak_rss_bytes": rss,
+        "rss_per_peak_flow_bytes": rss.map(|r| r as f64 / out.max_active_flows.max(1) as f64),
+        "filled_flows": out.filled_flows,
+        "qoe": {
+            "start_s": quantiles(&q.start_s),
+            "buffering_ratio": quantiles(&q.buffering_ratio),
+            "buffering_events": quantiles(&q.stalls),
+            "playback_ratio": quantiles(&q.playback_ratio),
+            "served_by_caches": q.from_cache,
+        },
+        "vms": {
+            "count": out.vms.len(),
+            "vm_seconds": out.vm_seconds,
+            "peak_mbps": quantiles(&Cdf::new(vm_rate_mbps(&vm_rate))),
+            "peak_connections": quantiles(&vm_conn),
+            "under_100_mbps": vm_rate.at(100e6),
+            "under_10_connections": vm_conn.at(10.0),
+        },
+        "ases": {
+            "count": out.peaks.per_as.len(),
+            "peak_gbps": quantiles(&Cdf::new(as_rate_gbps(&as_rate))),
+            "peak_connections": quantiles(&as_conn),
+            "peak_vms": quantiles(&as_vms),
+        },
+    })
+}
+
+fn vm_rate_mbps(c: &Cdf) -> Vec<f64> {
+    c.points(usize::MAX)
+        .into_iter()
+        .map(|(x, _)| x / 1e6)
+        .collect()
+}
+
+fn as_rate_gbps(c: &Cdf) -> Vec<f64> {
+    c.points(usize::MAX)
+        .into_iter()
+        .map(|(x, _)| x / 1e9)
+        .collect()
+}
+
+fn print_report(r: &serde_json::Value) {
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    let qoe = &r["qoe"];
+    println!(
+        "{} sessions ({} unfinished) on {}; {:.0} s simulated in {:.2} s ({} events, {:.0}/s); peak {} flows, {:.0} bytes of memory per peak flow",
+        r["sessions"], r["unfinished"], r["graph"].as_str().unwrap_or(""), f(&r["simulated_s"]), f(&r["wall_s"]),
+        r["events"], f(&r["events_per_s"]), r["max_active_flows"], f(&r["rss_per_peak_flow_bytes"])
+    );
+    for (name, key) in [
+        ("start time (s)", "start_s"),
+        ("buffering ratio", "buffering_ratio"),
+        ("buffering events", "buffering_events"),
+        ("playback ratio", "playback_ratio"),
+    ] {
+        let q = &qoe[key];
+        println!(
+            "  {name:<17} mean {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}",
+            f(&q["mean"]),
+            f(&q["p50"]),
+            f(&q["p90"]),
+            f(&q["p99"]),
+            f(&q["max"])
+        );
+    }
+    println!(
+        "  served by caches  {:.1} %",
+        100.0 * f(&qoe["served_by_caches"])
+    );
+    let vms = &r["vms"];
+    println!(
+        "  VMs {} ({:.0} VM-s): peak Mb/s p50 {:.1} p99 {:.1} max {:.1}; peak connections p50 {:.0} max {:.0}; {:.1} % under 100 Mb/s, {:.1} % under 10 connections",
+        vms["count"], f(&vms["vm_seconds"]), f(&vms["peak_mbps"]["p50"]), f(&vms["peak_mbps"]["p99"]), f(&vms["peak_mbps"]["max"]),
+        f(&vms["peak_connections"]["p50"]), f(&vms["peak_connections"]["max"]),
+        100.0 * f(&vms["under_100_mbps"]), 100.0 * f(&vms["under_10_connections"])
+    );
+    let ases = &r["ases"];
+    println!(
+        "  ASes {}: peak Gb/s p50 {:.2} max {:.2}; peak connections p50 {:.0} max {:.0}; concurrent VMs p50 {:.0} max {:.0}",
+        ases["count"], f(&ases["peak_gbps"]["p50"]), f(&ases["peak_gbps"]["max"]),
+        f(&ases["peak_connections"]["p50"]), f(&ases["peak_connections"]["max"]),
+        f(&ases["peak_vms"]["p50"]), f(&ases["peak_vms"]["max"])
+    );
+}
