@@ -455,7 +455,7 @@ impl Sim {
             }
             if self.cfg.epoch_ns == 0 {
                 self.settle();
-            } else if !self.epoch_armed {
+            } else if !self.epoch_armed && self.sharing.pending() {
                 self.epoch_armed = true;
                 let next = (at / self.cfg.epoch_ns + 1) * self.cfg.epoch_ns;
                 self.schedule(next, Event::Epoch);
@@ -533,7 +533,11 @@ impl Sim {
                     viewer_bps: self.as_rate.iter().sum(),
                 });
                 // Only while anything else is still to happen.
-                if self.heap.iter().any(|e| e.event != Event::Sample) {
+                if self
+                    .heap
+                    .iter()
+                    .any(|e| !matches!(e.event, Event::Sample | Event::Epoch))
+                {
                     self.schedule(self.now + self.cfg.sample_ns, Event::Sample);
                 }
             }

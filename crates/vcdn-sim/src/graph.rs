@@ -379,8 +379,10 @@ impl AsGraph {
     ///
     /// Transit ASes form a connected core by preferential attachment (each
     /// new one buys transit from two existing ones, chosen in proportion
-    /// to degree, as the Internet's core grows); every content AS is a
-    /// customer of one to three transit ASes and every access AS of one
+    /// to degree, as the Internet's core grows); the j-th content AS is a
+    /// customer of a tenth of the transit ASes over (j+1)^0.8, at least of
+    /// one to three (so the origin, the best-connected content AS, has
+    /// links worth a few Tb/s as large hosters do), and every access AS of one
     /// (70 %) or two, picked by degree, so a few large transit ASes carry
     /// most customers; one access AS in ten also peers with another.
     /// Access ASes' user weights are log-normal (σ = 1.5), the shape of
@@ -440,7 +442,11 @@ impl AsGraph {
                 role: Role::Content,
                 weight: 0.0,
             });
-            let providers = 1 + rng.below(3) as u32;
+            // The j-th largest content AS buys transit from a tenth of the
+            // transit ASes over (j+1)^0.8, at least one to three: a few large
+            // hosters are connected everywhere, most content ASes are not.
+            let wide = (size.transit as f64 * 0.1 / ((j + 1) as f64).powf(0.8)) as u32;
+            let providers = wide.max(1 + rng.below(3) as u32);
             for _ in 0..providers {
                 let p = pick_transit(&mut rng, &by_degree);
                 add(&mut edges, p, i, Rel::ProviderOf);

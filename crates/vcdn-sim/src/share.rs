@@ -50,6 +50,9 @@ struct Link {
     flows: Vec<FlowId>,
     /// Set while the link is queued for a re-fill.
     dirty: bool,
+    /// Whether it was saturated at the last settlement: only a link that
+    /// stops being saturated frees its flows.
+    was_saturated: bool,
     // Water-filling scratch.
     remaining: f64,
     unfixed: u32,
@@ -121,6 +124,7 @@ impl Sharing {
                     demand: 0.0,
                     flows: Vec::new(),
                     dirty: false,
+                    was_saturated: false,
                     remaining: 0.0,
                     unfixed: 0,
                     mark: 0,
@@ -282,6 +286,11 @@ impl Sharing {
         }
     }
 
+    /// Whether changes wait for [`Sharing::recompute`].
+    pub fn pending(&self) -> bool {
+        !self.dirty.is_empty() || !self.touched.is_empty()
+    }
+
     /// Settles every rate after the changes since the last call and
     /// returns the flows whose rate changed.
     pub fn recompute(&mut self) -> &[FlowId] {
@@ -292,7 +301,9 @@ impl Sharing {
             Mode::LocalFairShare => self.recompute_local(),
         }
         for &l in &self.dirty {
-            self.links[l as usize].dirty = false;
+            let link = &mut self.links[l as usize];
+            link.dirty = false;
+            link.was_saturated = link.saturated();
         }
         self.dirty.clear();
         self.touched.clear();
@@ -322,8 +333,8 @@ impl Sharing {
             let link = &self.links[l as usize];
             if link.saturated() {
                 stack.push(l);
-            } else {
-                // Its flows are no longer (or were never) held here: each
+            } else if link.was_saturated {
+                // It just stopped binding its flows: each now
                 // runs at its cap unless another saturated link holds it.
                 for i in 0..self.links[l as usize].flows.len() {
                     let f = self.links[l as usize].flows[i];

@@ -203,3 +203,48 @@ fn a_congested_access_link_never_carries_more_than_its_capacity_and_players_stal
     assert_eq!(out.sessions, again.sessions);
     assert_eq!(out.events, again.events);
 }
+
+#[test]
+fn settling_once_per_epoch_ends_and_stays_close_to_exact() {
+    let g = chain();
+    let cfg = Config {
+        workload: workload(2.0, 600.0),
+        capacities: Capacities {
+            access_bps: 1e9,
+            ..Capacities::default()
+        },
+        ..Config::default()
+    };
+    let exact = run(&g, cfg.clone());
+    let epoch = run(
+        &g,
+        Config {
+            epoch_ns: 10_000_000,
+            ..cfg
+        },
+    );
+    assert_eq!(epoch.unfinished, 0);
+    assert_eq!(epoch.sessions.len(), exact.sessions.len());
+    // It ends when the last session does, not later.
+    let last = |o: &Outcome| {
+        o.sessions
+            .iter()
+            .map(|s| s.request_ns + s.buffering_ns + s.playing_ns)
+            .max()
+            .unwrap()
+    };
+    assert!(
+        epoch.end_ns <= last(&epoch) + 20_000_000_000,
+        "{} vs {}",
+        epoch.end_ns,
+        last(&epoch)
+    );
+    let mean =
+        |o: &Outcome| o.sessions.iter().map(|s| s.start_s()).sum::<f64>() / o.sessions.len() as f64;
+    assert!(
+        (mean(&epoch) / mean(&exact) - 1.0).abs() < 0.05,
+        "{} vs {}",
+        mean(&epoch),
+        mean(&exact)
+    );
+}
