@@ -157,10 +157,6 @@ impl AsGraph {
         self.adj[node as usize].len()
     }
 
-    pub fn neighbours(&self, node: u32) -> &[(u32, u32)] {
-        &self.adj[node as usize]
-    }
-
     pub fn count(&self, role: Role) -> usize {
         self.nodes.iter().filter(|n| n.role == role).count()
     }

@@ -145,21 +145,6 @@ impl Cdf {
     pub fn at(&self, x: f64) -> f64 {
         self.sorted.partition_point(|&s| s <= x) as f64 / self.sorted.len() as f64
     }
-
-    /// Up to `n` (x, F(x)) points for a plot.
-    pub fn points(&self, n: usize) -> Vec<(f64, f64)> {
-        let len = self.sorted.len();
-        if len == 0 {
-            return Vec::new();
-        }
-        let step = (len / n.max(1)).max(1);
-        let mut pts: Vec<(f64, f64)> = (0..len)
-            .step_by(step)
-            .map(|i| (self.sorted[i], (i + 1) as f64 / len as f64))
-            .collect();
-        pts.push((self.sorted[len - 1], 1.0));
-        pts
-    }
 }
 
 /// QoE summary of a set of sessions.

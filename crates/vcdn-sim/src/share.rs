@@ -138,15 +138,6 @@ impl Sharing {
         self.mode
     }
 
-    pub fn links(&self) -> usize {
-        self.links.len()
-    }
-
-    /// Flows currently crossing `link`.
-    pub fn flows_on(&self, link: LinkId) -> usize {
-        self.links[link as usize].flows.len()
-    }
-
     /// Σ rates of the flows crossing `link`.
     pub fn load(&self, link: LinkId) -> f64 {
         self.links[link as usize]
@@ -154,10 +145,6 @@ impl Sharing {
             .iter()
             .map(|&f| self.flows[f as usize].rate)
             .sum()
-    }
-
-    pub fn capacity(&self, link: LinkId) -> f64 {
-        self.links[link as usize].capacity
     }
 
     /// A new flow over `path` (links may repeat only if the caller wants

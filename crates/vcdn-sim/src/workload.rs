@@ -80,14 +80,6 @@ impl Workload {
         }
     }
 
-    pub fn preset(name: &str) -> Option<Self> {
-        match name {
-            "paper" => Some(Workload::paper()),
-            "original" => Some(Workload::original()),
-            _ => None,
-        }
-    }
-
     /// Expected sessions: rate × arrival window.
     pub fn expected_sessions(&self) -> f64 {
         self.rate * self.arrivals_s
@@ -185,14 +177,6 @@ impl Requests {
             .map(|c| self.channels.rate(c))
             .sum();
         self.channels.rate(channel) / total
-    }
-
-    pub fn quality_p(&self, q: usize) -> f64 {
-        self.qualities.p(q)
-    }
-
-    pub fn access_p(&self, a: usize) -> f64 {
-        self.where_.p(a)
     }
 }
 

@@ -248,3 +248,56 @@ fn settling_once_per_epoch_ends_and_stays_close_to_exact() {
         mean(&exact)
     );
 }
+
+#[test]
+fn static_caches_stay_and_idle_caches_wait_before_teardown() {
+    let g = chain();
+    let base = Config {
+        workload: workload(0.2, 1_200.0),
+        ..Config::default()
+    };
+    // Every access AS static: every session from a cache, one VM per
+    // channel seen, never torn down before the end.
+    let fixed = run(
+        &g,
+        Config {
+            caches: CachePolicy {
+                static_share: 1.0,
+                ..CachePolicy::default()
+            },
+            ..base.clone()
+        },
+    );
+    let channels: std::collections::BTreeSet<u32> =
+        fixed.sessions.iter().map(|s| s.channel).collect();
+    assert!(fixed.sessions.iter().all(|s| s.from_cache));
+    assert_eq!(fixed.vms.len(), channels.len());
+    assert!(fixed
+        .vms
+        .iter()
+        .all(|v| v.4 >= fixed.end_ns - 1_200_000_000_000));
+    // On demand: an idle time keeps VMs for returning viewers, so fewer
+    // are started, and each lives longer.
+    let on_demand = |idle_ns| {
+        run(
+            &g,
+            Config {
+                caches: CachePolicy {
+                    on_demand: true,
+                    idle_ns,
+                    ..CachePolicy::default()
+                },
+                ..base.clone()
+            },
+        )
+    };
+    let (at_once, idle) = (on_demand(0), on_demand(600_000_000_000));
+    assert!(
+        idle.vms.len() < at_once.vms.len(),
+        "{} vs {}",
+        idle.vms.len(),
+        at_once.vms.len()
+    );
+    assert!(idle.vm_seconds > at_once.vm_seconds);
+    assert_eq!(idle.sessions.len(), at_once.sessions.len());
+}

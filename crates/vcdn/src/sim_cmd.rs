@@ -313,17 +313,12 @@ fn write_sessions(path: &Path, sessions: &[SessionQoe]) -> Result<(), String> {
 
 fn report(out: &Outcome, secs: f64, graph: &str) -> serde_json::Value {
     let q = Summary::of(&out.sessions);
-    let vm_rate = Cdf::new(out.vms.iter().map(|v| v.2).collect());
+    let vm_mbps = Cdf::new(out.vms.iter().map(|v| v.2 / 1e6).collect());
     let vm_conn = Cdf::new(out.vms.iter().map(|v| v.3 as f64).collect());
-    let as_rate = Cdf::new(out.peaks.per_as.values().map(|p| p.rate_bps).collect());
-    let as_conn = Cdf::new(
-        out.peaks
-            .per_as
-            .values()
-            .map(|p| p.connections as f64)
-            .collect(),
-    );
-    let as_vms = Cdf::new(out.peaks.per_as.values().map(|p| p.vms as f64).collect());
+    let peaks = out.peaks.per_as.values();
+    let as_gbps = Cdf::new(peaks.clone().map(|p| p.rate_bps / 1e9).collect());
+    let as_conn = Cdf::new(peaks.clone().map(|p| p.connections as f64).collect());
+    let as_vms = Cdf::new(peaks.map(|p| p.vms as f64).collect());
     let rss = peak_rss();
     json!({
         "graph": graph,
@@ -347,32 +342,18 @@ fn report(out: &Outcome, secs: f64, graph: &str) -> serde_json::Value {
         "vms": {
             "count": out.vms.len(),
             "vm_seconds": out.vm_seconds,
-            "peak_mbps": quantiles(&Cdf::new(vm_rate_mbps(&vm_rate))),
+            "peak_mbps": quantiles(&vm_mbps),
             "peak_connections": quantiles(&vm_conn),
-            "under_100_mbps": vm_rate.at(100e6),
+            "under_100_mbps": vm_mbps.at(100.0),
             "under_10_connections": vm_conn.at(10.0),
         },
         "ases": {
             "count": out.peaks.per_as.len(),
-            "peak_gbps": quantiles(&Cdf::new(as_rate_gbps(&as_rate))),
+            "peak_gbps": quantiles(&as_gbps),
             "peak_connections": quantiles(&as_conn),
             "peak_vms": quantiles(&as_vms),
         },
     })
-}
-
-fn vm_rate_mbps(c: &Cdf) -> Vec<f64> {
-    c.points(usize::MAX)
-        .into_iter()
-        .map(|(x, _)| x / 1e6)
-        .collect()
-}
-
-fn as_rate_gbps(c: &Cdf) -> Vec<f64> {
-    c.points(usize::MAX)
-        .into_iter()
-        .map(|(x, _)| x / 1e9)
-        .collect()
 }
 
 fn print_report(r: &serde_json::Value) {
