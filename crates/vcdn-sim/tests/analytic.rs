@@ -29,6 +29,18 @@ fn run(g: &AsGraph, cfg: Config) -> Outcome {
     Sim::new(g, cfg).unwrap().run(0, |_| {})
 }
 
+/// Two viewers a second behind a 1 Gb/s access link: it saturates.
+fn congested() -> Config {
+    Config {
+        workload: workload(2.0, 600.0),
+        capacities: Capacities {
+            access_bps: 1e9,
+            ..Capacities::default()
+        },
+        ..Config::default()
+    }
+}
+
 /// Time-average of a timeline column over [from, to] seconds.
 fn mean_over(
     out: &Outcome,
@@ -180,13 +192,8 @@ fn while_a_cache_boots_requests_wait_or_go_to_the_origin() {
 fn a_congested_access_link_never_carries_more_than_its_capacity_and_players_stall() {
     let g = chain();
     let cfg = Config {
-        workload: workload(2.0, 600.0),
-        capacities: Capacities {
-            access_bps: 1e9,
-            ..Capacities::default()
-        },
         sample_ns: 1_000_000_000,
-        ..Config::default()
+        ..congested()
     };
     let out = run(&g, cfg.clone());
     let peak = out
@@ -207,14 +214,7 @@ fn a_congested_access_link_never_carries_more_than_its_capacity_and_players_stal
 #[test]
 fn settling_once_per_epoch_ends_and_stays_close_to_exact() {
     let g = chain();
-    let cfg = Config {
-        workload: workload(2.0, 600.0),
-        capacities: Capacities {
-            access_bps: 1e9,
-            ..Capacities::default()
-        },
-        ..Config::default()
-    };
+    let cfg = congested();
     let exact = run(&g, cfg.clone());
     let epoch = run(
         &g,

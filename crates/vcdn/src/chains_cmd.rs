@@ -35,16 +35,21 @@ pub struct ChainsArgs {
     size: Option<u64>,
 }
 
-fn read(path: &Path) -> Result<String, String> {
+/// A text input file, refused above `max` bytes (read no further).
+pub(crate) fn read_limited(path: &Path, max: u64) -> Result<String, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut text = String::new();
-    f.take(MAX_FILE + 1)
+    f.take(max + 1)
         .read_to_string(&mut text)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    if text.len() as u64 > MAX_FILE {
-        return Err(format!("{}: larger than {MAX_FILE} bytes", path.display()));
+    if text.len() as u64 > max {
+        return Err(format!("{}: larger than {max} bytes", path.display()));
     }
     Ok(text)
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    read_limited(path, MAX_FILE)
 }
 
 pub fn run(a: ChainsArgs) -> Result<(), String> {

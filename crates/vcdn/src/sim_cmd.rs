@@ -2,7 +2,7 @@
 //! (CDNSim, MiniCache paper §3) with vcdn's policies; prints the QoE and
 //! the load it puts on caches and ASes.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -130,15 +130,7 @@ pub struct SimArgs {
 }
 
 fn read(path: &Path) -> Result<String, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut text = String::new();
-    f.take(MAX_FILE + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if text.len() as u64 > MAX_FILE {
-        return Err(format!("{}: larger than {MAX_FILE} bytes", path.display()));
-    }
-    Ok(text)
+    crate::chains_cmd::read_limited(path, MAX_FILE)
 }
 
 fn graph(a: &SimArgs) -> Result<(AsGraph, String), String> {
