@@ -100,6 +100,27 @@ pub fn vcpus(
     Ok(load / cap)
 }
 
+/// What one instance of `vcpus_per_instance` carries, in bit/s, of video
+/// at `bitrate_kbps` in chunks of `chunk_s` under `quality`: the sessions
+/// per vCPU of [`capacity_per_vcpu`] at that bitrate. A simulator whose
+/// viewers watch a mix of bitrates sizes instances at the mix's mean.
+pub fn instance_bps(
+    bitrate_kbps: f64,
+    chunk_s: f64,
+    quality: Quality,
+    model: &CapacityModel,
+    vcpus_per_instance: u32,
+) -> Result<f64, DimensionError> {
+    let demand = Demand {
+        peak_users: Some(1),
+        bitrate_kbps: Some(bitrate_kbps),
+        chunk_s: Some(chunk_s),
+        ..Demand::default()
+    };
+    let sessions = capacity_per_vcpu(&demand, quality, model)?;
+    Ok(sessions * vcpus_per_instance.max(1) as f64 * bitrate_kbps * 1e3)
+}
+
 /// Instances of `vcpus_per_instance` for `vcpus`, never fewer than `min`.
 pub fn instances(vcpus: f64, vcpus_per_instance: u32, min: u32) -> u32 {
     let per = vcpus_per_instance.max(1) as f64;
@@ -115,6 +136,21 @@ mod tests {
             peak_users: Some(n),
             ..Demand::default()
         }
+    }
+
+    #[test]
+    fn an_instance_carries_its_sessions_times_their_bitrate() {
+        let m = CapacityModel::default();
+        let per = capacity_per_vcpu(&users(1), Quality::MinMos(4.9), &m).unwrap();
+        let bps = instance_bps(
+            DEFAULT_BITRATE_KBPS,
+            DEFAULT_CHUNK_S,
+            Quality::MinMos(4.9),
+            &m,
+            2,
+        )
+        .unwrap();
+        assert!((bps - per * 2.0 * 1.7e6).abs() < 1e-6 * bps, "{bps}");
     }
 
     #[test]

@@ -18,6 +18,8 @@
 
 use std::collections::{BinaryHeap, HashMap};
 
+use vcdn_policy::autoscale::{Autoscaler, Decision, Trend};
+
 use crate::graph::{AsGraph, Capacities, Role, Routes};
 use crate::qoe::{Peaks, SessionQoe};
 use crate::share::{FlowId, Mode, Sharing};
@@ -49,6 +51,44 @@ pub struct CachePolicy {
     /// Keep an idle on-demand VM this long before tearing it down (ns;
     /// 0: at once, as the original).
     pub idle_ns: u64,
+    /// vcdn's own model instead of the paper's VM per (AS, channel): see
+    /// [`Sites`]. When set, `on_demand` and `static_share` are unused.
+    pub sites: Option<Sites>,
+}
+
+/// vcdn's cache sites: the instances of one vCDN in one access AS serve
+/// every channel together, and how many run is decided by `vcdn-policy`
+/// (dimensioning ahead of time, or the autoscaler from the measured load),
+/// as the control plane decides it live. A site is one more link that
+/// its viewers' flows cross, of capacity `ready instances ×
+/// per_instance_bps`, so an under-provisioned site shows up as slower
+/// downloads and stalls. A site still fetches each channel it serves from
+/// the origin once (the per-channel VMs of the engine become the site's
+/// channel feeds, which boot with the site).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sites {
+    /// What one instance serves at the quality target (bit/s): the
+    /// dimensioning's sessions per vCPU × vCPUs per instance × bitrate.
+    pub per_instance_bps: f64,
+    pub scaling: Scaling,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scaling {
+    /// Sized ahead of time and always running: instances per access AS
+    /// (graph node), as an operator provisions from a forecast. ASes not
+    /// listed have no site and are served by the origin.
+    Fixed(HashMap<u32, u32>),
+    /// Started on demand (the cache policy's threshold and boot time),
+    /// sized by vcdn's autoscaler every `every_ns` from the site's demand
+    /// (Σ bitrates of its viewers), between `min` and `max` instances, and
+    /// stopped after the cache policy's idle time without viewers.
+    Autoscaled {
+        autoscaler: Autoscaler,
+        every_ns: u64,
+        min: u32,
+        max: u32,
+    },
 }
 
 impl Default for CachePolicy {
@@ -62,8 +102,28 @@ impl Default for CachePolicy {
             boot_ns: 100_000_000,
             boot: BootSemantics::Wait,
             idle_ns: 0,
+            sites: None,
         }
     }
+}
+
+/// The mean concurrent viewers of every access AS the origin reaches
+/// (graph node, viewers), by Little's law over the whole workload (rate
+/// × mean session length) split by the ASes' weights: the forecast an
+/// operator sizes fixed sites from.
+pub fn expected_viewers(graph: &AsGraph, cfg: &Config) -> Vec<(u32, f64)> {
+    let origin = cfg.origin.unwrap_or_else(|| graph.default_origin());
+    let routes = graph.routes(origin, cfg.valley_free);
+    let access: Vec<(u32, f64)> = (0..graph.len() as u32)
+        .filter(|&i| graph.nodes[i as usize].role == Role::Access && routes.reaches(i))
+        .map(|i| (i, graph.nodes[i as usize].weight))
+        .collect();
+    let total: f64 = access.iter().map(|a| a.1).sum();
+    let concurrent = cfg.workload.rate * cfg.workload.mean_session_s();
+    access
+        .into_iter()
+        .map(|(i, w)| (i, concurrent * w / total.max(f64::MIN_POSITIVE)))
+        .collect()
 }
 
 /// Everything a run needs besides its graph.
@@ -217,6 +277,12 @@ enum Event {
     UpLive(UpId, u32),
     VmReady(VmId, u32),
     VmIdle(VmId, u32),
+    /// Instances of a site (access index, how many) finished booting.
+    InstancesReady(u32, u32, u32),
+    /// A site without viewers for the idle time stops.
+    SiteIdle(u32, u32),
+    /// The autoscaler looks at every running site.
+    Scale,
     /// Local-fair-share mode: a flow picks up freed capacity.
     Expand(FlowId, u32),
     /// Rates are settled (epoch mode).
@@ -290,6 +356,26 @@ pub struct Sample {
     pub vms: usize,
     /// Σ rates of viewers' flows (bit/s).
     pub viewer_bps: f64,
+    /// Sites mode: Σ bitrates of the sites' viewers, the load the
+    /// autoscaler sees (bit/s).
+    pub site_demand_bps: f64,
+}
+
+/// One access AS's cache site (sites mode).
+#[derive(Debug, Clone, Default)]
+struct Site {
+    active: bool,
+    ready: u32,
+    booting: u32,
+    /// Sessions its channel feeds count (waiting, held or attached).
+    viewers: u32,
+    /// Σ bitrates of those sessions: the autoscaler's load.
+    demand_bps: f64,
+    trend: Trend,
+    gen: u32,
+    requests: u32,
+    /// Since when `ready + booting` has not changed (for instance-seconds).
+    since_ns: u64,
 }
 
 /// One simulation run.
@@ -332,6 +418,11 @@ pub struct Sim {
     max_flows: usize,
     active_flows: usize,
     timeline: Vec<Sample>,
+    /// Sites mode: one per access AS, and the link id of the first.
+    sites: Vec<Site>,
+    site_link0: u32,
+    active_sites: Vec<u32>,
+    instances: u32,
 }
 
 impl Sim {
@@ -365,9 +456,25 @@ impl Sim {
         for &i in by_weight.iter().take(n_static) {
             static_as[i] = true;
         }
-        let sharing = Sharing::new(graph.capacities(&cfg.capacities), cfg.sharing);
-        let requests = Requests::new(&cfg.workload, &weights, cfg.seed);
+        let mut capacities = graph.capacities(&cfg.capacities);
+        let site_link0 = capacities.len() as u32;
         let n_access = access_nodes.len();
+        if let Some(sites) = &cfg.caches.sites {
+            if !(sites.per_instance_bps > 0.0 && sites.per_instance_bps.is_finite()) {
+                return Err("an instance must serve more than 0 bit/s".into());
+            }
+            if let Scaling::Autoscaled {
+                every_ns, min, max, ..
+            } = sites.scaling
+            {
+                if every_ns == 0 || max == 0 || min > max {
+                    return Err("the autoscaler needs a period and 0 ≤ min ≤ max, max ≥ 1".into());
+                }
+            }
+            capacities.extend(std::iter::repeat_n(0.0, n_access));
+        }
+        let sharing = Sharing::new(capacities, cfg.sharing);
+        let requests = Requests::new(&cfg.workload, &weights, cfg.seed);
         let mut sim = Sim {
             routes,
             access_nodes,
@@ -404,8 +511,39 @@ impl Sim {
             max_flows: 0,
             active_flows: 0,
             timeline: Vec::new(),
+            sites: Vec::new(),
+            site_link0,
+            active_sites: Vec::new(),
+            instances: 0,
             cfg,
         };
+        match sim.cfg.caches.sites.as_ref().map(|s| &s.scaling) {
+            None => {}
+            Some(Scaling::Fixed(sizes)) => {
+                sim.sites = vec![Site::default(); n_access];
+                let sizes: Vec<(usize, u32)> = sim
+                    .access_nodes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(a, node)| sizes.get(node).map(|&n| (a, n)))
+                    .filter(|&(_, n)| n > 0)
+                    .collect();
+                for (a, n) in sizes {
+                    let site = &mut sim.sites[a];
+                    site.active = true;
+                    site.ready = n;
+                    sim.instances += n;
+                    sim.set_site_capacity(a as u32);
+                    sim.as_vms[a] = n;
+                    sim.touch_as(a as u32);
+                }
+            }
+            Some(Scaling::Autoscaled { every_ns, .. }) => {
+                let every = *every_ns;
+                sim.sites = vec![Site::default(); n_access];
+                sim.schedule(every, Event::Scale);
+            }
+        }
         if sim.cfg.sample_ns > 0 {
             sim.schedule(sim.cfg.sample_ns, Event::Sample);
         }
@@ -520,6 +658,31 @@ impl Sim {
                     self.schedule(self.now + self.cfg.expand_ns, Event::Expand(f, gen));
                 }
             }
+            Event::InstancesReady(a, n, gen) => {
+                if self.sites[a as usize].gen == gen {
+                    self.instances_ready(a, n);
+                }
+            }
+            Event::SiteIdle(a, gen) => {
+                let site = &self.sites[a as usize];
+                if site.gen == gen && site.active && site.viewers == 0 {
+                    self.stop_site(a);
+                }
+            }
+            Event::Scale => {
+                self.scale();
+                if self
+                    .heap
+                    .iter()
+                    .any(|e| !matches!(e.event, Event::Sample | Event::Epoch | Event::Scale))
+                {
+                    let every = match self.cfg.caches.sites.as_ref().map(|s| &s.scaling) {
+                        Some(Scaling::Autoscaled { every_ns, .. }) => *every_ns,
+                        _ => unreachable!("only autoscaled sites scale"),
+                    };
+                    self.schedule(self.now + every, Event::Scale);
+                }
+            }
             Event::Epoch => {
                 self.epoch_armed = false;
                 self.settle();
@@ -529,14 +692,19 @@ impl Sim {
                     at_ns: self.now,
                     sessions: self.started - self.results.len() as u64,
                     flows: self.active_flows,
-                    vms: self.vm_of.len(),
+                    vms: if self.sites.is_empty() {
+                        self.vm_of.len()
+                    } else {
+                        self.instances as usize
+                    },
                     viewer_bps: self.as_rate.iter().sum(),
+                    site_demand_bps: self.sites.iter().map(|s| s.demand_bps).sum(),
                 });
                 // Only while anything else is still to happen.
                 if self
                     .heap
                     .iter()
-                    .any(|e| !matches!(e.event, Event::Sample | Event::Epoch))
+                    .any(|e| !matches!(e.event, Event::Sample | Event::Epoch | Event::Scale))
                 {
                     self.schedule(self.now + self.cfg.sample_ns, Event::Sample);
                 }
@@ -585,6 +753,7 @@ impl Sim {
         let key = (r.access, r.channel);
         let vm = match self.vm_of.get(&key) {
             Some(&vm) => Some(vm),
+            None if !self.sites.is_empty() => self.site_vm(r.access, r.channel),
             None if self.static_as[r.access as usize] => {
                 Some(self.new_vm(r.access, r.channel, true))
             }
@@ -602,13 +771,12 @@ impl Sim {
         match vm {
             Some(vm) if self.vms[vm as usize].ready => self.attach(id, vm),
             Some(vm) if self.cfg.caches.boot == BootSemantics::Wait => {
-                let m = &mut self.vms[vm as usize];
-                m.viewers += 1;
-                m.waiting.push(id);
+                self.count_viewer(vm, id, true);
+                self.vms[vm as usize].waiting.push(id);
                 self.sessions[id as usize].server = Server::Vm(vm);
             }
             Some(vm) => {
-                self.vms[vm as usize].viewers += 1;
+                self.count_viewer(vm, id, true);
                 self.sessions[id as usize].holds = Some(vm);
                 self.connect(id, Server::Origin);
             }
@@ -618,10 +786,12 @@ impl Sim {
 
     fn new_vm(&mut self, access: u32, channel: u32, fixed: bool) -> VmId {
         let quals = self.cfg.workload.qualities_bps.len();
+        // A site's channel feed is ready when the site is, and boots with it.
+        let in_site = !self.sites.is_empty();
         let vm = Vm {
             access,
             channel,
-            ready: fixed,
+            ready: fixed || (in_site && self.sites[access as usize].ready > 0),
             fixed,
             viewers: 0,
             waiting: Vec::new(),
@@ -644,6 +814,9 @@ impl Sim {
             }
         };
         self.vm_of.insert((access, channel), id);
+        if in_site {
+            return id;
+        }
         self.as_vms[access as usize] += 1;
         self.touch_as(access);
         if !fixed {
@@ -658,7 +831,7 @@ impl Sim {
         let waiting = std::mem::take(&mut self.vms[vm as usize].waiting);
         for s in waiting {
             // attach counts the viewer again.
-            self.vms[vm as usize].viewers -= 1;
+            self.count_viewer(vm, s, false);
             self.attach(s, vm);
         }
         if self.vms[vm as usize].viewers == 0 {
@@ -671,7 +844,7 @@ impl Sim {
     fn attach(&mut self, s: SessionId, vm: VmId) {
         let q = self.sessions[s as usize].quality;
         self.sessions[s as usize].server = Server::Vm(vm);
-        self.vms[vm as usize].viewers += 1;
+        self.count_viewer(vm, s, true);
         let up = match self.vms[vm as usize].upstreams[q as usize] {
             Some(u) => u,
             None => self.new_upstream(vm, q),
@@ -780,7 +953,7 @@ impl Sim {
 
     fn detach(&mut self, s: SessionId) {
         if let Some(vm) = self.sessions[s as usize].holds.take() {
-            self.vms[vm as usize].viewers -= 1;
+            self.count_viewer(vm, s, false);
             if self.vms[vm as usize].viewers == 0 {
                 self.vm_empty(vm);
             }
@@ -803,9 +976,8 @@ impl Sim {
                 self.end_upstream(u);
             }
         }
-        let m = &mut self.vms[vm as usize];
-        m.viewers -= 1;
-        if m.viewers == 0 {
+        self.count_viewer(vm, s, false);
+        if self.vms[vm as usize].viewers == 0 {
             self.vm_empty(vm);
         }
     }
@@ -839,7 +1011,9 @@ impl Sim {
         let m = &mut self.vms[vm as usize];
         m.gen = m.gen.wrapping_add(1);
         let (access, channel) = (m.access, m.channel);
-        self.vm_seconds += (self.now - m.born_ns) as f64 / 1e9;
+        if self.sites.is_empty() {
+            self.vm_seconds += (self.now - m.born_ns) as f64 / 1e9;
+        }
         self.vm_log.push((
             access,
             channel,
@@ -849,9 +1023,195 @@ impl Sim {
         ));
         self.vm_of.remove(&(access, channel));
         self.requests_seen.remove(&(access, channel));
-        self.as_vms[access as usize] -= 1;
-        self.touch_as(access);
+        if self.sites.is_empty() {
+            self.as_vms[access as usize] -= 1;
+            self.touch_as(access);
+        }
         self.free_vms.push(vm);
+    }
+
+    // ---- cache sites (vcdn's model) -------------------------------------
+
+    /// The channel feed of a site for a new request, starting the site
+    /// (autoscaled) once the AS has seen the threshold of requests; `None`
+    /// sends the request to the origin.
+    fn site_vm(&mut self, access: u32, channel: u32) -> Option<VmId> {
+        let site = &mut self.sites[access as usize];
+        if !site.active {
+            let Some(Scaling::Autoscaled { min, .. }) =
+                self.cfg.caches.sites.as_ref().map(|s| &s.scaling)
+            else {
+                return None;
+            };
+            let min = (*min).max(1);
+            site.requests += 1;
+            if site.requests < self.cfg.caches.start_threshold {
+                return None;
+            }
+            site.active = true;
+            site.requests = 0;
+            site.since_ns = self.now;
+            self.active_sites.push(access);
+            self.boot_instances(access, min);
+        }
+        Some(self.new_vm(access, channel, false))
+    }
+
+    fn boot_instances(&mut self, access: u32, n: u32) {
+        self.account_instances(access);
+        let site = &mut self.sites[access as usize];
+        site.booting += n;
+        let gen = site.gen;
+        self.instances += n;
+        self.site_instances_changed(access);
+        self.schedule(
+            self.now + self.cfg.caches.boot_ns,
+            Event::InstancesReady(access, n, gen),
+        );
+    }
+
+    fn instances_ready(&mut self, access: u32, n: u32) {
+        let site = &mut self.sites[access as usize];
+        let first = site.ready == 0;
+        site.booting -= n;
+        site.ready += n;
+        self.set_site_capacity(access);
+        if first {
+            // The site's channel feeds boot with it.
+            let feeds: Vec<VmId> = (0..self.cfg.workload.channels)
+                .filter_map(|c| self.vm_of.get(&(access, c)).copied())
+                .filter(|&vm| !self.vms[vm as usize].ready)
+                .collect();
+            for vm in feeds {
+                self.vm_ready(vm);
+            }
+        }
+    }
+
+    /// Adds `ready + booting` × time since the last change to the
+    /// instance-seconds.
+    fn account_instances(&mut self, access: u32) {
+        let site = &mut self.sites[access as usize];
+        let n = site.ready + site.booting;
+        self.vm_seconds += n as f64 * (self.now - site.since_ns) as f64 / 1e9;
+        site.since_ns = self.now;
+    }
+
+    fn site_instances_changed(&mut self, access: u32) {
+        let site = &self.sites[access as usize];
+        self.as_vms[access as usize] = site.ready + site.booting;
+        self.touch_as(access);
+    }
+
+    fn set_site_capacity(&mut self, access: u32) {
+        let per = self
+            .cfg
+            .caches
+            .sites
+            .as_ref()
+            .map_or(0.0, |s| s.per_instance_bps);
+        let cap = self.sites[access as usize].ready as f64 * per;
+        self.sharing.set_capacity(self.site_link0 + access, cap);
+        self.site_instances_changed(access);
+    }
+
+    /// Counts a session in (or out of) a VM's viewers and its site's load.
+    fn count_viewer(&mut self, vm: VmId, s: SessionId, join: bool) {
+        let m = &mut self.vms[vm as usize];
+        if join {
+            m.viewers += 1;
+        } else {
+            m.viewers -= 1;
+        }
+        let access = m.access;
+        if self.sites.is_empty() {
+            return;
+        }
+        let v = self.sessions[s as usize].v;
+        let autoscaled = self.is_autoscaled();
+        let site = &mut self.sites[access as usize];
+        if join {
+            site.viewers += 1;
+            site.demand_bps += v;
+        } else {
+            site.viewers -= 1;
+            site.demand_bps = if site.viewers == 0 {
+                0.0
+            } else {
+                site.demand_bps - v
+            };
+            if site.viewers == 0 && autoscaled {
+                let gen = site.gen;
+                self.schedule(
+                    self.now + self.cfg.caches.idle_ns,
+                    Event::SiteIdle(access, gen),
+                );
+            }
+        }
+    }
+
+    fn is_autoscaled(&self) -> bool {
+        matches!(
+            self.cfg.caches.sites.as_ref().map(|s| &s.scaling),
+            Some(Scaling::Autoscaled { .. })
+        )
+    }
+
+    /// Stops a site without viewers: its instances and channel feeds go.
+    fn stop_site(&mut self, access: u32) {
+        self.account_instances(access);
+        let feeds: Vec<VmId> = (0..self.cfg.workload.channels)
+            .filter_map(|c| self.vm_of.get(&(access, c)).copied())
+            .collect();
+        for vm in feeds {
+            self.teardown(vm);
+        }
+        let site = &mut self.sites[access as usize];
+        self.instances -= site.ready + site.booting;
+        *site = Site {
+            gen: site.gen.wrapping_add(1),
+            ..Site::default()
+        };
+        self.active_sites.retain(|&a| a != access);
+        self.set_site_capacity(access);
+    }
+
+    /// One autoscaler decision per running site, from its demand.
+    fn scale(&mut self) {
+        let Some(Sites {
+            per_instance_bps,
+            scaling:
+                Scaling::Autoscaled {
+                    autoscaler,
+                    min,
+                    max,
+                    ..
+                },
+        }) = self.cfg.caches.sites.clone()
+        else {
+            return;
+        };
+        for i in 0..self.active_sites.len() {
+            let a = self.active_sites[i];
+            let site = &mut self.sites[a as usize];
+            let n = site.ready + site.booting;
+            let load = site.demand_bps;
+            match autoscaler.decide(&mut site.trend, load, per_instance_bps, n, min.max(1), max) {
+                Decision::Hold => {}
+                Decision::Out(k) => self.boot_instances(a, k),
+                Decision::In => {
+                    // A ready one drains (at once, in a fluid model); one
+                    // still booting is left to finish.
+                    if site.ready > 1 {
+                        self.account_instances(a);
+                        let site = &mut self.sites[a as usize];
+                        site.ready -= 1;
+                        self.instances -= 1;
+                        self.set_site_capacity(a);
+                    }
+                }
+            }
+        }
     }
 
     // ---- sessions -------------------------------------------------------
@@ -888,6 +1248,8 @@ impl Sim {
                 .path_of(self.access_nodes[sess.access as usize])
                 .0
                 .clone(),
+            // A site's viewers share its instances' capacity.
+            Server::Vm(_) if !self.sites.is_empty() => Box::new([self.site_link0 + sess.access]),
             Server::Vm(_) => Box::new([]),
         };
         let line = self.cfg.capacities.line_bps;
@@ -1153,9 +1515,14 @@ impl Sim {
         };
         self.now = self.now.max(end.min(until));
         let live: Vec<VmId> = self.vm_of.values().copied().collect();
+        for a in 0..self.sites.len() as u32 {
+            self.account_instances(a);
+        }
         for vm in live {
             let m = &self.vms[vm as usize];
-            self.vm_seconds += (self.now - m.born_ns) as f64 / 1e9;
+            if self.sites.is_empty() {
+                self.vm_seconds += (self.now - m.born_ns) as f64 / 1e9;
+            }
             self.vm_log.push((
                 m.access,
                 m.channel,

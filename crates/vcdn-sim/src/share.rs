@@ -239,6 +239,17 @@ impl Sharing {
         self.touched.push(id);
     }
 
+    /// Changes a link's capacity (a cache site gaining or losing an
+    /// instance); its flows are re-filled at the next recompute.
+    pub fn set_capacity(&mut self, l: LinkId, capacity: f64) {
+        assert!(capacity >= 0.0, "a capacity is a rate");
+        let link = &mut self.links[l as usize];
+        if (link.capacity - capacity).abs() > EPS {
+            link.capacity = capacity;
+            self.mark_dirty(l);
+        }
+    }
+
     pub fn rate(&self, id: FlowId) -> f64 {
         self.flows[id as usize].rate
     }
@@ -562,6 +573,26 @@ mod tests {
                 assert!(close(s.rate(f), 10e9 / n as f64), "n={n}: {}", s.rate(f));
             }
         }
+    }
+
+    #[test]
+    fn a_link_that_gains_or_loses_capacity_refills_its_flows() {
+        // A cache site of one instance (100) with three viewers capped at
+        // 50, then a second instance, then back to one.
+        let mut s = Sharing::new([100.0, 1e9], Mode::MaxMin);
+        let fs: Vec<FlowId> = (0..3).map(|_| s.add(&[0, 1], 50.0)).collect();
+        s.recompute();
+        assert!(fs.iter().all(|&f| close(s.rate(f), 100.0 / 3.0)));
+        s.set_capacity(0, 200.0);
+        assert!(s.pending());
+        s.recompute();
+        assert!(
+            fs.iter().all(|&f| close(s.rate(f), 50.0)),
+            "now at their caps"
+        );
+        s.set_capacity(0, 60.0);
+        s.recompute();
+        assert!(fs.iter().all(|&f| close(s.rate(f), 20.0)));
     }
 
     #[test]

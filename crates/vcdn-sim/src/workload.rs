@@ -90,6 +90,16 @@ impl Workload {
         dist::triangular_mean(self.session_s.0, self.session_s.1, self.session_s.2)
     }
 
+    /// Mean bitrate of a session (bit/s), over the quality distribution.
+    pub fn mean_bitrate_bps(&self) -> f64 {
+        let q = Discrete::truncated_poisson(self.quality_mean, self.qualities_bps.len());
+        self.qualities_bps
+            .iter()
+            .enumerate()
+            .map(|(i, v)| q.p(i) * v)
+            .sum()
+    }
+
     /// Checks the parameters, with a message a person can act on.
     pub fn validate(&self) -> Result<(), String> {
         let (lo, mode, hi) = self.session_s;

@@ -8,7 +8,12 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use serde_json::json;
-use vcdn_sim::engine::{BootSemantics, CachePolicy, Config, Outcome, Sim};
+use vcdn_model::capacity::CapacityModel;
+use vcdn_policy::autoscale::Autoscaler;
+use vcdn_policy::dimensioning::{self, Demand, Quality, DEFAULT_CHUNK_S};
+use vcdn_sim::engine::{
+    expected_viewers, BootSemantics, CachePolicy, Config, Outcome, Scaling, Sim, Sites,
+};
 use vcdn_sim::graph::{AsGraph, Capacities, CountrySize};
 use vcdn_sim::qoe::{Cdf, SessionQoe, Summary};
 use vcdn_sim::share::Mode;
@@ -31,6 +36,15 @@ pub enum Boot {
     Wait,
     /// Requests go to the origin while the cache boots (the paper's text).
     Origin,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SiteMode {
+    /// Sized ahead by vcdn's dimensioning from the forecast peak of each
+    /// access AS, running all the time.
+    Fixed,
+    /// Started on demand and sized by vcdn's autoscaler from the load.
+    Autoscaled,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -92,6 +106,38 @@ pub struct SimArgs {
     /// Keep an idle cache this long (s; 0: tear down at once).
     #[arg(long, default_value_t = 0.0)]
     idle_s: f64,
+
+    /// vcdn's cache sites instead of the paper's VM per (AS, channel):
+    /// one site per access AS serving every channel, its instances
+    /// counted by vcdn's dimensioning or autoscaler.
+    #[arg(long, value_enum, conflicts_with_all = ["on_demand", "static_share"])]
+    sites: Option<SiteMode>,
+    /// The quality target instances are sized for (mean MOS).
+    #[arg(long, default_value_t = 4.0)]
+    min_mos: f64,
+    /// vCPUs of one instance.
+    #[arg(long, default_value_t = 1)]
+    vcpus_per_instance: u32,
+    /// A capacity model (TOML, as `vcdn calibrate` writes and `vcdn up
+    /// --capacity-model` reads); default: the paper's measurements.
+    #[arg(long)]
+    capacity_model: Option<PathBuf>,
+    /// What one instance serves (Mb/s), instead of the capacity model's
+    /// figure.
+    #[arg(long)]
+    instance_mbps: Option<f64>,
+    /// Fixed sites: size for the forecast mean plus this many standard
+    /// deviations of concurrent viewers (Poisson).
+    #[arg(long, default_value_t = 3.0)]
+    forecast_sigmas: f64,
+    #[arg(long, default_value_t = 1)]
+    min_instances: u32,
+    #[arg(long, default_value_t = 64)]
+    max_instances: u32,
+    /// How often the autoscaler decides (s), as the control plane's
+    /// supervisor does once a second.
+    #[arg(long, default_value_t = 1.0)]
+    scale_every_s: f64,
 
     #[arg(long, value_enum, default_value = "max-min")]
     sharing: Sharing,
@@ -215,6 +261,7 @@ fn config(a: &SimArgs) -> Result<Config, String> {
                 Boot::Origin => BootSemantics::Origin,
             },
             idle_ns: ns(a.idle_s * 1e3, "--idle-s")?,
+            sites: None,
         },
         capacities: Capacities {
             core_bps: a.core_gbps * 1e9,
@@ -247,9 +294,93 @@ fn quantiles(c: &Cdf) -> serde_json::Value {
     json!({"mean": c.mean(), "p50": c.quantile(0.5), "p90": c.quantile(0.9), "p99": c.quantile(0.99), "max": c.max()})
 }
 
+/// vcdn's cache sites: what an instance serves, from the capacity model
+/// at the workload's mean bitrate, and how many run, from vcdn-policy's
+/// dimensioning (fixed) or autoscaler.
+fn sites(a: &SimArgs, g: &AsGraph, cfg: &Config) -> Result<Option<(Sites, String)>, String> {
+    let Some(mode) = a.sites else {
+        return Ok(None);
+    };
+    let model = match &a.capacity_model {
+        Some(p) => {
+            CapacityModel::from_toml(&read(p)?).map_err(|e| format!("{}: {e}", p.display()))?
+        }
+        None => CapacityModel::default(),
+    };
+    if !(1.0..=5.0).contains(&a.min_mos) {
+        return Err("--min-mos is a mean opinion score between 1 and 5".into());
+    }
+    let quality = Quality::MinMos(a.min_mos);
+    let kbps = cfg.workload.mean_bitrate_bps() / 1e3;
+    let per_instance_bps = match a.instance_mbps {
+        Some(m) if m > 0.0 && m.is_finite() => m * 1e6,
+        Some(_) => return Err("--instance-mbps must be > 0".into()),
+        None => {
+            dimensioning::instance_bps(kbps, DEFAULT_CHUNK_S, quality, &model, a.vcpus_per_instance)
+                .map_err(|e| e.to_string())?
+        }
+    };
+    let (scaling, how) = match mode {
+        SiteMode::Fixed => {
+            let mut sizes = std::collections::HashMap::new();
+            for (node, mean) in expected_viewers(g, cfg) {
+                let peak = (mean + a.forecast_sigmas * mean.sqrt()).ceil() as u64;
+                let n = if a.instance_mbps.is_some() {
+                    // Sized in bit/s at the mean bitrate.
+                    ((peak as f64 * kbps * 1e3 / per_instance_bps - 1e-9).ceil() as u32).max(1)
+                } else {
+                    let demand = Demand {
+                        peak_users: Some(peak),
+                        bitrate_kbps: Some(kbps),
+                        chunk_s: Some(DEFAULT_CHUNK_S),
+                        ..Demand::default()
+                    };
+                    let vcpus =
+                        dimensioning::vcpus(&demand, quality, &model).map_err(|e| e.to_string())?;
+                    dimensioning::instances(vcpus, a.vcpus_per_instance, a.min_instances.max(1))
+                };
+                sizes.insert(node, n.min(a.max_instances));
+            }
+            let total: u32 = sizes.values().sum();
+            (
+                Scaling::Fixed(sizes),
+                format!(
+                    "fixed sites, {total} instances sized for the forecast + {}σ",
+                    a.forecast_sigmas
+                ),
+            )
+        }
+        SiteMode::Autoscaled => (
+            Scaling::Autoscaled {
+                autoscaler: Autoscaler::default(),
+                every_ns: ns(a.scale_every_s * 1e3, "--scale-every-s")?.max(1),
+                min: a.min_instances.max(1),
+                max: a.max_instances,
+            },
+            format!(
+                "autoscaled sites ({}–{} instances, a decision every {} s)",
+                a.min_instances.max(1),
+                a.max_instances,
+                a.scale_every_s
+            ),
+        ),
+    };
+    Ok(Some((
+        Sites {
+            per_instance_bps,
+            scaling,
+        },
+        format!("{how}, {:.0} Mb/s per instance", per_instance_bps / 1e6),
+    )))
+}
+
 pub fn run(a: SimArgs) -> Result<(), String> {
-    let (g, described) = graph(&a)?;
-    let cfg = config(&a)?;
+    let (g, mut described) = graph(&a)?;
+    let mut cfg = config(&a)?;
+    if let Some((s, how)) = sites(&a, &g, &cfg)? {
+        cfg.caches.sites = Some(s);
+        described = format!("{described}; {how}");
+    }
     let expected = cfg.workload.expected_sessions();
     let sim = Sim::new(&g, cfg.clone())?;
     let access = sim.access_nodes().len();
@@ -279,7 +410,7 @@ pub fn run(a: SimArgs) -> Result<(), String> {
     if let Some(path) = &a.sessions_csv {
         write_sessions(path, &out.sessions)?;
     }
-    let report = report(&out, secs, &described);
+    let report = report(&out, secs, &described, cfg.caches.sites.is_some());
     print_report(&report);
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&report).unwrap();
@@ -303,7 +434,7 @@ fn write_sessions(path: &Path, sessions: &[SessionQoe]) -> Result<(), String> {
     w.flush().map_err(err)
 }
 
-fn report(out: &Outcome, secs: f64, graph: &str) -> serde_json::Value {
+fn report(out: &Outcome, secs: f64, graph: &str, sites: bool) -> serde_json::Value {
     let q = Summary::of(&out.sessions);
     let vm_mbps = Cdf::new(out.vms.iter().map(|v| v.2 / 1e6).collect());
     let vm_conn = Cdf::new(out.vms.iter().map(|v| v.3 as f64).collect());
@@ -312,7 +443,10 @@ fn report(out: &Outcome, secs: f64, graph: &str) -> serde_json::Value {
     let as_conn = Cdf::new(peaks.clone().map(|p| p.connections as f64).collect());
     let as_vms = Cdf::new(peaks.map(|p| p.vms as f64).collect());
     let rss = peak_rss();
+    let stalled = out.sessions.iter().filter(|s| s.stalls > 0).count() as f64
+        / out.sessions.len().max(1) as f64;
     json!({
+        "sites": sites,
         "graph": graph,
         "sessions": q.sessions,
         "unfinished": out.unfinished,
@@ -330,10 +464,12 @@ fn report(out: &Outcome, secs: f64, graph: &str) -> serde_json::Value {
             "buffering_events": quantiles(&q.stalls),
             "playback_ratio": quantiles(&q.playback_ratio),
             "served_by_caches": q.from_cache,
+            "stalled_share": stalled,
         },
         "vms": {
             "count": out.vms.len(),
             "vm_seconds": out.vm_seconds,
+            "peak_concurrent": out.timeline.iter().map(|s| s.vms).max().unwrap_or(0),
             "peak_mbps": quantiles(&vm_mbps),
             "peak_connections": quantiles(&vm_conn),
             "under_100_mbps": vm_mbps.at(100.0),
@@ -373,21 +509,32 @@ fn print_report(r: &serde_json::Value) {
         );
     }
     println!(
-        "  served by caches  {:.1} %",
-        100.0 * f(&qoe["served_by_caches"])
+        "  served by caches  {:.1} %; {:.2} % of sessions stalled at least once",
+        100.0 * f(&qoe["served_by_caches"]),
+        100.0 * f(&qoe["stalled_share"])
     );
     let vms = &r["vms"];
+    let sites = r["sites"].as_bool() == Some(true);
+    if sites {
+        println!(
+            "  instances: {:.0} instance-s, at most {} at once",
+            f(&vms["vm_seconds"]),
+            vms["peak_concurrent"]
+        );
+    }
     println!(
-        "  VMs {} ({:.0} VM-s): peak Mb/s p50 {:.1} p99 {:.1} max {:.1}; peak connections p50 {:.0} max {:.0}; {:.1} % under 100 Mb/s, {:.1} % under 10 connections",
-        vms["count"], f(&vms["vm_seconds"]), f(&vms["peak_mbps"]["p50"]), f(&vms["peak_mbps"]["p99"]), f(&vms["peak_mbps"]["max"]),
+        "  {} {}{}: peak Mb/s p50 {:.1} p99 {:.1} max {:.1}; peak connections p50 {:.0} max {:.0}; {:.1} % under 100 Mb/s, {:.1} % under 10 connections",
+        if sites { "channel feeds" } else { "VMs" }, vms["count"],
+        if sites { String::new() } else { format!(" ({:.0} VM-s)", f(&vms["vm_seconds"])) },
+        f(&vms["peak_mbps"]["p50"]), f(&vms["peak_mbps"]["p99"]), f(&vms["peak_mbps"]["max"]),
         f(&vms["peak_connections"]["p50"]), f(&vms["peak_connections"]["max"]),
         100.0 * f(&vms["under_100_mbps"]), 100.0 * f(&vms["under_10_connections"])
     );
     let ases = &r["ases"];
     println!(
-        "  ASes {}: peak Gb/s p50 {:.2} max {:.2}; peak connections p50 {:.0} max {:.0}; concurrent VMs p50 {:.0} max {:.0}",
+        "  ASes {}: peak Gb/s p50 {:.2} max {:.2}; peak connections p50 {:.0} max {:.0}; concurrent {} p50 {:.0} max {:.0}",
         ases["count"], f(&ases["peak_gbps"]["p50"]), f(&ases["peak_gbps"]["max"]),
         f(&ases["peak_connections"]["p50"]), f(&ases["peak_connections"]["max"]),
-        f(&ases["peak_vms"]["p50"]), f(&ases["peak_vms"]["max"])
+        if sites { "instances" } else { "VMs" }, f(&ases["peak_vms"]["p50"]), f(&ases["peak_vms"]["max"])
     );
 }
