@@ -20,6 +20,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use vcdn_policy::autoscale::{Autoscaler, Decision, Trend};
 
+use crate::cache::{Served, VodCache};
 use crate::graph::{AsGraph, Capacities, Role, Routes};
 use crate::qoe::{Peaks, SessionQoe};
 use crate::share::{FlowId, Mode, Sharing};
@@ -54,6 +55,17 @@ pub struct CachePolicy {
     /// vcdn's own model instead of the paper's VM per (AS, channel): see
     /// [`Sites`]. When set, `on_demand` and `static_share` are unused.
     pub sites: Option<Sites>,
+    /// Sites mode: every site's VoD store and admission filter.
+    pub vod: Option<VodPolicy>,
+}
+
+/// A site's VoD cache: a store of `cache_titles` titles behind vcdn's LRU
+/// admission filter of `filter_titles` identifiers (`None`: no filter).
+/// VoD requests while the site boots go to the origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VodPolicy {
+    pub cache_titles: usize,
+    pub filter_titles: Option<usize>,
 }
 
 /// vcdn's cache sites: the instances of one vCDN in one access AS serve
@@ -103,6 +115,7 @@ impl Default for CachePolicy {
             boot: BootSemantics::Wait,
             idle_ns: 0,
             sites: None,
+            vod: None,
         }
     }
 }
@@ -185,6 +198,9 @@ type UpId = u32;
 enum Server {
     Origin,
     Vm(VmId),
+    /// A site's VoD store (access index); on a miss the bytes come from
+    /// the origin through it.
+    Site(u32, Served),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,6 +238,8 @@ struct Session {
     stalls: u32,
     /// Position in its upstream's viewer list.
     up_slot: u32,
+    title: Option<u32>,
+    vod: Option<Served>,
     /// The booting VM this origin-served session keeps up (the paper's
     /// boot semantics): the VM stays while its channel has viewers in the
     /// AS, whichever server they use.
@@ -374,6 +392,7 @@ struct Site {
     trend: Trend,
     gen: u32,
     requests: u32,
+    vod: Option<Box<VodCache>>,
     /// Since when `ready + booting` has not changed (for instance-seconds).
     since_ns: u64,
 }
@@ -739,6 +758,8 @@ impl Sim {
             stalls: 0,
             up_slot: u32::MAX,
             holds: None,
+            title: r.title,
+            vod: None,
         };
         let id = match self.free_sessions.pop() {
             Some(id) => {
@@ -750,6 +771,10 @@ impl Sim {
                 (self.sessions.len() - 1) as SessionId
             }
         };
+        if let Some(title) = r.title {
+            self.arrive_vod(id, r.access, title);
+            return;
+        }
         let key = (r.access, r.channel);
         let vm = match self.vm_of.get(&key) {
             Some(&vm) => Some(vm),
@@ -952,6 +977,10 @@ impl Sim {
     }
 
     fn detach(&mut self, s: SessionId) {
+        if let Server::Site(a, _) = self.sessions[s as usize].server {
+            self.count_site(a, self.sessions[s as usize].v, false);
+            return;
+        }
         if let Some(vm) = self.sessions[s as usize].holds.take() {
             self.count_viewer(vm, s, false);
             if self.vms[vm as usize].viewers == 0 {
@@ -1036,25 +1065,65 @@ impl Sim {
     /// (autoscaled) once the AS has seen the threshold of requests; `None`
     /// sends the request to the origin.
     fn site_vm(&mut self, access: u32, channel: u32) -> Option<VmId> {
+        self.site_active(access)
+            .then(|| self.new_vm(access, channel, false))
+    }
+
+    /// Whether the AS has a site for a new request, starting it (autoscaled)
+    /// once the AS has seen the threshold of requests.
+    fn site_active(&mut self, access: u32) -> bool {
         let site = &mut self.sites[access as usize];
-        if !site.active {
-            let Some(Scaling::Autoscaled { min, .. }) =
-                self.cfg.caches.sites.as_ref().map(|s| &s.scaling)
-            else {
-                return None;
-            };
-            let min = (*min).max(1);
-            site.requests += 1;
-            if site.requests < self.cfg.caches.start_threshold {
-                return None;
-            }
-            site.active = true;
-            site.requests = 0;
-            site.since_ns = self.now;
-            self.active_sites.push(access);
-            self.boot_instances(access, min);
+        if site.active {
+            return true;
         }
-        Some(self.new_vm(access, channel, false))
+        let Some(Scaling::Autoscaled { min, .. }) =
+            self.cfg.caches.sites.as_ref().map(|s| &s.scaling)
+        else {
+            return false;
+        };
+        let min = (*min).max(1);
+        site.requests += 1;
+        if site.requests < self.cfg.caches.start_threshold {
+            return false;
+        }
+        site.active = true;
+        site.requests = 0;
+        site.since_ns = self.now;
+        let gen = site.gen;
+        self.active_sites.push(access);
+        self.boot_instances(access, min);
+        // A site whose first requests all went elsewhere (VoD during its
+        // boot) stops after the idle time too.
+        let idle = self.now + self.cfg.caches.boot_ns + self.cfg.caches.idle_ns;
+        self.schedule(idle, Event::SiteIdle(access, gen));
+        true
+    }
+
+    /// A VoD request: the site's filter and store decide, if the site is
+    /// ready; otherwise the origin serves it.
+    fn arrive_vod(&mut self, s: SessionId, access: u32, title: u32) {
+        let policy = self.cfg.caches.vod;
+        let served = match policy {
+            Some(p) if !self.sites.is_empty() && self.site_active(access) => {
+                let site = &mut self.sites[access as usize];
+                (site.ready > 0).then(|| {
+                    site.vod
+                        .get_or_insert_with(|| {
+                            Box::new(VodCache::new(p.cache_titles, p.filter_titles))
+                        })
+                        .request(title)
+                })
+            }
+            _ => None,
+        };
+        self.sessions[s as usize].vod = served;
+        match served {
+            Some(how @ (Served::Hit | Served::Miss)) => {
+                self.count_site(access, self.sessions[s as usize].v, true);
+                self.connect(s, Server::Site(access, how));
+            }
+            Some(Served::Bypass) | None => self.connect(s, Server::Origin),
+        }
     }
 
     fn boot_instances(&mut self, access: u32, n: u32) {
@@ -1127,7 +1196,11 @@ impl Sim {
         if self.sites.is_empty() {
             return;
         }
-        let v = self.sessions[s as usize].v;
+        self.count_site(access, self.sessions[s as usize].v, join);
+    }
+
+    /// Counts a session of bitrate `v` in (or out of) a site's load.
+    fn count_site(&mut self, access: u32, v: f64, join: bool) {
         let autoscaled = self.is_autoscaled();
         let site = &mut self.sites[access as usize];
         if join {
@@ -1229,8 +1302,10 @@ impl Sim {
     fn connect(&mut self, s: SessionId, server: Server) {
         let access = self.sessions[s as usize].access;
         let hops = match server {
-            Server::Origin => self.path_of(self.access_nodes[access as usize]).1,
-            Server::Vm(_) => 0,
+            Server::Origin | Server::Site(_, Served::Miss) => {
+                self.path_of(self.access_nodes[access as usize]).1
+            }
+            Server::Vm(_) | Server::Site(..) => 0,
         };
         let sess = &mut self.sessions[s as usize];
         sess.server = server;
@@ -1251,6 +1326,12 @@ impl Sim {
             // A site's viewers share its instances' capacity.
             Server::Vm(_) if !self.sites.is_empty() => Box::new([self.site_link0 + sess.access]),
             Server::Vm(_) => Box::new([]),
+            Server::Site(a, Served::Miss) => {
+                let mut p = self.path_of(self.access_nodes[a as usize]).0.to_vec();
+                p.push(self.site_link0 + a);
+                p.into()
+            }
+            Server::Site(a, _) => Box::new([self.site_link0 + a]),
         };
         let line = self.cfg.capacities.line_bps;
         let f = self.sharing.add(&path, line);
@@ -1370,7 +1451,7 @@ impl Sim {
                 let u = self.vms[vm as usize].upstreams[sess.quality as usize];
                 line.min(sess.v).min(u.map_or(sess.v, |u| self.up_limit(u)))
             }
-            (Phase::Playing, Server::Origin) => line.min(sess.v),
+            (Phase::Playing, Server::Origin | Server::Site(..)) => line.min(sess.v),
             _ => line,
         };
         self.sharing.set_cap(f, cap);
@@ -1410,7 +1491,9 @@ impl Sim {
             } else {
                 0.0
             },
-            from_cache: matches!(sess.server, Server::Vm(_)),
+            from_cache: matches!(sess.server, Server::Vm(_) | Server::Site(..)),
+            title: sess.title,
+            vod: sess.vod,
         };
         self.results.push(q);
         self.detach(s);

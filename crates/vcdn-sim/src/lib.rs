@@ -8,10 +8,12 @@
 //! - [`share`]: exact max-min bandwidth sharing with per-flow caps,
 //!   incremental over saturated links; the original's approximation.
 //! - [`engine`]: the event loop, players, caches and their boot.
+//! - [`cache`]: a site's VoD store behind vcdn's LRU admission filter.
 //! - [`qoe`]: start time, buffering ratio, buffering events, playback
 //!   ratio; peaks per VM and per AS.
 //! - [`rng`], [`dist`]: seeded streams and distributions.
 
+pub mod cache;
 pub mod dist;
 pub mod engine;
 pub mod graph;

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use crate::cache::Served;
+
 /// One finished session's experience (the paper's §3.1 metrics).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SessionQoe {
@@ -21,7 +23,13 @@ pub struct SessionQoe {
     pub stalls: u32,
     /// Bits downloaded / time downloading.
     pub mean_rate_bps: f64,
+    /// Served through a cache (a live channel's feed, or a VoD hit or
+    /// miss), not straight from the origin.
     pub from_cache: bool,
+    /// A VoD title instead of the live channel…
+    pub title: Option<u32>,
+    /// … and what its site's cache did with it (`None`: no cache ready).
+    pub vod: Option<Served>,
 }
 
 impl SessionQoe {
@@ -44,11 +52,11 @@ impl SessionQoe {
         self.start_ns as f64 / 1e9
     }
 
-    pub const CSV_HEADER: &'static str = "id,access,channel,quality_bps,request_s,start_s,buffering_s,playing_s,buffering_ratio,stalls,playback_ratio,from_cache";
+    pub const CSV_HEADER: &'static str = "id,access,channel,quality_bps,request_s,start_s,buffering_s,playing_s,buffering_ratio,stalls,playback_ratio,from_cache,title,vod";
 
     pub fn csv(&self) -> String {
         format!(
-            "{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{},{:.6},{}",
+            "{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{},{:.6},{},{},{}",
             self.id,
             self.access,
             self.channel,
@@ -60,7 +68,9 @@ impl SessionQoe {
             self.buffering_ratio(),
             self.stalls,
             self.playback_ratio(),
-            self.from_cache as u8
+            self.from_cache as u8,
+            self.title.map_or(String::new(), |t| t.to_string()),
+            self.vod.map_or("", Served::as_str),
         )
     }
 }

@@ -34,6 +34,19 @@ pub struct Workload {
     pub qualities_bps: Vec<f64>,
     /// Session length (s of video watched): triangular (min, mode, max).
     pub session_s: (f64, f64, f64),
+    /// A share of sessions that watch a title of a VoD catalogue instead
+    /// of a live channel (not in the paper, whose workload is live only).
+    pub vod: Option<Vod>,
+}
+
+/// The VoD part of a workload: titles picked by Zipf (the independent
+/// reference model of the LRU-filter paper).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Vod {
+    /// Share of sessions that are VoD (0–1).
+    pub share: f64,
+    pub titles: u32,
+    pub zipf: f64,
 }
 
 impl Workload {
@@ -56,6 +69,7 @@ impl Workload {
             quality_mean: 2.0,
             qualities_bps: QUALITIES_BPS.to_vec(),
             session_s,
+            vod: None,
         }
     }
 
@@ -77,6 +91,7 @@ impl Workload {
             quality_mean: 2.0,
             qualities_bps: QUALITIES_BPS.to_vec(),
             session_s: (60.0, 1_800.0, 2_700.0),
+            vod: None,
         }
     }
 
@@ -130,6 +145,14 @@ impl Workload {
         if !(self.zipf >= 0.0 && self.quality_mean >= 0.0) {
             return Err("the Zipf exponent and the quality mean must be ≥ 0".into());
         }
+        if let Some(v) = self.vod {
+            if !(0.0..=1.0).contains(&v.share) || v.titles == 0 || v.zipf.is_nan() || v.zipf < 0.0 {
+                return Err(
+                    "VoD needs a share between 0 and 1, at least one title and a Zipf exponent ≥ 0"
+                        .into(),
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -145,6 +168,8 @@ pub struct Request {
     pub channel: u32,
     pub quality: u8,
     pub length_s: f64,
+    /// A VoD title instead of the live channel.
+    pub title: Option<u32>,
 }
 
 const ARRIVALS: u64 = 1;
@@ -159,6 +184,7 @@ pub struct Requests {
     where_: Discrete,
     channels: Zipf,
     qualities: Discrete,
+    titles: Option<Zipf>,
     next_id: u64,
     clock_s: f64,
 }
@@ -176,6 +202,7 @@ impl Requests {
                 workload.quality_mean,
                 workload.qualities_bps.len(),
             ),
+            titles: workload.vod.map(|v| Zipf::new(v.zipf, v.titles as usize)),
             next_id: 0,
             clock_s: 0.0,
         }
@@ -204,13 +231,23 @@ impl Iterator for Requests {
         self.next_id += 1;
         let mut r = rng::stream(self.seed, SESSIONS, id);
         let (lo, mode, hi) = w.session_s;
+        let access = self.where_.sample(&mut r) as u32;
+        let channel = self.channels.sample(&mut r);
+        let quality = self.qualities.sample(&mut r) as u8;
+        let length_s = dist::triangular(&mut r, lo, mode, hi);
+        // Drawn last, so the live choices above do not depend on it.
+        let title = match (w.vod, &self.titles) {
+            (Some(v), Some(z)) if r.next_f64() < v.share => Some(z.sample(&mut r)),
+            _ => None,
+        };
         Some(Request {
             id,
             at_ns: (self.clock_s * 1e9) as u64,
-            access: self.where_.sample(&mut r) as u32,
-            channel: self.channels.sample(&mut r),
-            quality: self.qualities.sample(&mut r) as u8,
-            length_s: dist::triangular(&mut r, lo, mode, hi),
+            access,
+            channel,
+            quality,
+            length_s,
+            title,
         })
     }
 }

@@ -11,13 +11,14 @@ use serde_json::json;
 use vcdn_model::capacity::CapacityModel;
 use vcdn_policy::autoscale::Autoscaler;
 use vcdn_policy::dimensioning::{self, Demand, Quality, DEFAULT_CHUNK_S};
+use vcdn_sim::cache::Served;
 use vcdn_sim::engine::{
-    expected_viewers, BootSemantics, CachePolicy, Config, Outcome, Scaling, Sim, Sites,
+    expected_viewers, BootSemantics, CachePolicy, Config, Outcome, Scaling, Sim, Sites, VodPolicy,
 };
 use vcdn_sim::graph::{AsGraph, Capacities, CountrySize};
 use vcdn_sim::qoe::{Cdf, SessionQoe, Summary};
 use vcdn_sim::share::Mode;
-use vcdn_sim::workload::Workload;
+use vcdn_sim::workload::{Vod, Workload};
 
 /// Largest input file read.
 const MAX_FILE: u64 = 256 << 20;
@@ -139,6 +140,23 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1.0)]
     scale_every_s: f64,
 
+    /// Share of sessions that watch a VoD title instead of a live channel.
+    #[arg(long, default_value_t = 0.0)]
+    vod_share: f64,
+    /// Titles in the VoD catalogue (picked by Zipf).
+    #[arg(long, default_value_t = 1_000_000)]
+    vod_titles: u32,
+    #[arg(long, default_value_t = 0.9)]
+    vod_zipf: f64,
+    /// Titles a site's store holds (with --sites).
+    #[arg(long, default_value_t = 10_000)]
+    vod_cache_titles: usize,
+    /// The LRU admission filter in front of it: "auto" (vcdn's own sizing,
+    /// the IM 2019 paper's optimum for the catalogue's α and N), "none", or
+    /// a number of identifiers.
+    #[arg(long, default_value = "auto")]
+    vod_filter: String,
+
     #[arg(long, value_enum, default_value = "max-min")]
     sharing: Sharing,
     /// Settle rates once per epoch instead of at every instant (ms; 0: exact).
@@ -236,6 +254,13 @@ fn config(a: &SimArgs) -> Result<Config, String> {
     if let Some(c) = a.channels {
         w.channels = c;
     }
+    if a.vod_share > 0.0 {
+        w.vod = Some(Vod {
+            share: a.vod_share,
+            titles: a.vod_titles,
+            zipf: a.vod_zipf,
+        });
+    }
     w.validate()?;
     if !(0.0..=1.0).contains(&a.static_share) {
         return Err("--static-share is a share between 0 and 1".into());
@@ -262,6 +287,7 @@ fn config(a: &SimArgs) -> Result<Config, String> {
             },
             idle_ns: ns(a.idle_s * 1e3, "--idle-s")?,
             sites: None,
+            vod: None,
         },
         capacities: Capacities {
             core_bps: a.core_gbps * 1e9,
@@ -380,6 +406,30 @@ pub fn run(a: SimArgs) -> Result<(), String> {
     if let Some((s, how)) = sites(&a, &g, &cfg)? {
         cfg.caches.sites = Some(s);
         described = format!("{described}; {how}");
+        if let Some(v) = cfg.workload.vod {
+            let filter = match a.vod_filter.as_str() {
+                "none" => None,
+                "auto" => Some(vcdn_model::filter::filter_capacity(
+                    v.zipf,
+                    v.titles as f64,
+                    a.vod_cache_titles as f64,
+                )),
+                n => Some(n.parse::<usize>().map_err(|_| {
+                    format!("--vod-filter {n:?}: auto, none or a number of identifiers")
+                })?),
+            };
+            cfg.caches.vod = Some(VodPolicy {
+                cache_titles: a.vod_cache_titles,
+                filter_titles: filter,
+            });
+            described = format!(
+                "{described}; VoD store {} titles, filter {}",
+                a.vod_cache_titles,
+                filter.map_or("none".into(), |f| f.to_string())
+            );
+        }
+    } else if a.vod_share > 0.0 {
+        described = format!("{described}; VoD from the origin (caches need --sites)");
     }
     let expected = cfg.workload.expected_sessions();
     let sim = Sim::new(&g, cfg.clone())?;
@@ -466,6 +516,7 @@ fn report(out: &Outcome, secs: f64, graph: &str, sites: bool) -> serde_json::Val
             "served_by_caches": q.from_cache,
             "stalled_share": stalled,
         },
+        "vod": vod_report(&out.sessions),
         "vms": {
             "count": out.vms.len(),
             "vm_seconds": out.vm_seconds,
@@ -481,6 +532,20 @@ fn report(out: &Outcome, secs: f64, graph: &str, sites: bool) -> serde_json::Val
             "peak_connections": quantiles(&as_conn),
             "peak_vms": quantiles(&as_vms),
         },
+    })
+}
+
+/// What the sites' VoD caches did: shares of VoD sessions.
+fn vod_report(sessions: &[SessionQoe]) -> serde_json::Value {
+    let vod: Vec<&SessionQoe> = sessions.iter().filter(|s| s.title.is_some()).collect();
+    let n = vod.len().max(1) as f64;
+    let share = |w: Option<Served>| vod.iter().filter(|s| s.vod == w).count() as f64 / n;
+    json!({
+        "sessions": vod.len(),
+        "hit": share(Some(Served::Hit)),
+        "miss": share(Some(Served::Miss)),
+        "bypass": share(Some(Served::Bypass)),
+        "no_cache": share(None),
     })
 }
 
@@ -513,6 +578,17 @@ fn print_report(r: &serde_json::Value) {
         100.0 * f(&qoe["served_by_caches"]),
         100.0 * f(&qoe["stalled_share"])
     );
+    let vod = &r["vod"];
+    if vod["sessions"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "  VoD {} sessions: {:.1} % hits, {:.1} % misses, {:.1} % sent to the origin by the filter, {:.1} % with no cache ready",
+            vod["sessions"],
+            100.0 * f(&vod["hit"]),
+            100.0 * f(&vod["miss"]),
+            100.0 * f(&vod["bypass"]),
+            100.0 * f(&vod["no_cache"])
+        );
+    }
     let vms = &r["vms"];
     let sites = r["sites"].as_bool() == Some(true);
     if sites {
