@@ -408,12 +408,17 @@ impl Sharing {
         for &f in flows.iter() {
             self.flows[f as usize].fixed = false;
         }
-        flows.sort_unstable_by(|&a, &b| {
-            self.flows[a as usize]
-                .cap
-                .total_cmp(&self.flows[b as usize].cap)
-                .then(a.cmp(&b))
-        });
+        // By cap, then id. Caps are ≥ 0, so their bit patterns sort as the
+        // numbers do: plain integer keys sort several times faster than
+        // float comparisons through the flow table.
+        let mut keyed: Vec<(u64, FlowId)> = flows
+            .iter()
+            .map(|&f| (self.flows[f as usize].cap.to_bits(), f))
+            .collect();
+        keyed.sort_unstable();
+        for (slot, (_, f)) in flows.iter_mut().zip(keyed) {
+            *slot = f;
+        }
         let mut heap: BinaryHeap<Share> = group
             .iter()
             .map(|&l| {
@@ -424,17 +429,26 @@ impl Sharing {
         let mut next_capped = 0usize;
         let mut new_rates: Vec<(FlowId, f64)> = Vec::with_capacity(flows.len());
         loop {
-            // The least fair share among links with unfixed flows (entries
-            // are lazy: skip those that no longer match their link).
+            // The least fair share among links with unfixed flows. Entries
+            // are not updated when a link's flows get fixed: a link's fair
+            // share never falls during the filling (a flow fixed at r ≤ the
+            // least share R/U leaves (R − r)/(U − 1) ≥ R/U), so a stale
+            // entry is at most its link's share and is re-keyed when it
+            // comes to the top. That keeps heap work to about one entry
+            // per link instead of one per fixed flow and link.
             let top = loop {
                 match heap.peek() {
                     None => break None,
                     Some(&Share(s, l)) => {
                         let link = &self.links[l as usize];
-                        if link.unfixed == 0
-                            || (link.remaining / link.unfixed as f64 - s).abs() > EPS
-                        {
+                        if link.unfixed == 0 {
                             heap.pop();
+                            continue;
+                        }
+                        let actual = link.remaining / link.unfixed as f64;
+                        if (actual - s).abs() > EPS {
+                            heap.pop();
+                            heap.push(Share(actual, l));
                         } else {
                             break Some((s, l));
                         }
@@ -452,7 +466,6 @@ impl Sharing {
                 (_, Some((cap, f))) if top.is_none_or(|(s, _)| cap <= s) => {
                     self.fix(f, cap, epoch);
                     new_rates.push((f, cap));
-                    self.requeue(f, &mut heap, epoch);
                 }
                 (Some((s, l)), _) => {
                     heap.pop();
@@ -461,7 +474,6 @@ impl Sharing {
                         if !self.flows[f as usize].fixed {
                             self.fix(f, s, epoch);
                             new_rates.push((f, s));
-                            self.requeue(f, &mut heap, epoch);
                         }
                     }
                 }
@@ -481,15 +493,6 @@ impl Sharing {
             if link.mark == epoch {
                 link.remaining = (link.remaining - rate).max(0.0);
                 link.unfixed -= 1;
-            }
-        }
-    }
-
-    fn requeue(&self, f: FlowId, heap: &mut BinaryHeap<Share>, epoch: u32) {
-        for &l in self.flows[f as usize].path.iter() {
-            let link = &self.links[l as usize];
-            if link.mark == epoch && link.unfixed > 0 {
-                heap.push(Share(link.remaining / link.unfixed as f64, l));
             }
         }
     }
