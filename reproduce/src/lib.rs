@@ -8,9 +8,12 @@
 //!   `vcdn_policy` admission filters, an O(1) LRU cache).
 //! - [`mosto`]: MOSTO's Fig. 3 and runtime claim (JSAC 2017, §V-A);
 //!   binary `mosto`.
+//! - [`cdnsim`]: plots of CDNSim's Figs 1 and 2 (MiniCache paper §3) from
+//!   `vcdn sim` summaries; binary `cdnsim-plot`.
 //! - [`svg`]: a tiny SVG line chart for the figures.
 
 pub mod andy;
+pub mod cdnsim;
 pub mod irm;
 pub mod lru_filter;
 pub mod mosto;

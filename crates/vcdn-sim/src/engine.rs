@@ -238,6 +238,8 @@ struct Session {
     stalls: u32,
     /// Position in its upstream's viewer list.
     up_slot: u32,
+    /// The request's number (requests are numbered as they arrive).
+    id: u64,
     title: Option<u32>,
     vod: Option<Served>,
     /// The booting VM this origin-served session keeps up (the paper's
@@ -428,7 +430,9 @@ pub struct Sim {
     as_vms: Vec<u32>,
     touched_as: Vec<u32>,
     touched_vm: Vec<VmId>,
+    /// Sessions ended in the current instant, not yet handed out.
     results: Vec<SessionQoe>,
+    done: u64,
     vm_log: Vec<(u32, u32, f64, u32, u64)>,
     vm_seconds: f64,
     events: u64,
@@ -522,6 +526,7 @@ impl Sim {
             touched_as: Vec::new(),
             touched_vm: Vec::new(),
             results: Vec::new(),
+            done: 0,
             vm_log: Vec::new(),
             vm_seconds: 0.0,
             events: 0,
@@ -592,8 +597,24 @@ impl Sim {
     }
 
     /// Runs to the end (or `until`), calling `progress` about every
-    /// `every` events.
-    pub fn run(mut self, every: u64, mut progress: impl FnMut(Progress)) -> Outcome {
+    /// `every` events. The outcome holds every session's QoE, by request.
+    pub fn run(self, every: u64, progress: impl FnMut(Progress)) -> Outcome {
+        let mut sessions = Vec::new();
+        let mut out = self.run_streaming(every, progress, |q| sessions.push(q));
+        sessions.sort_by_key(|q| q.id);
+        out.sessions = sessions;
+        out
+    }
+
+    /// As [`Sim::run`], but hands each session's QoE to `on_session` as it
+    /// ends (in the order they end) instead of keeping them: memory stays
+    /// bounded by what runs at once, whatever the number of sessions.
+    pub fn run_streaming(
+        mut self,
+        every: u64,
+        mut progress: impl FnMut(Progress),
+        mut on_session: impl FnMut(SessionQoe),
+    ) -> Outcome {
         let until = self.cfg.until_ns.unwrap_or(u64::MAX);
         while let Some(top) = self.heap.peek() {
             if top.at > until {
@@ -618,6 +639,9 @@ impl Sim {
                 self.schedule(next, Event::Epoch);
             }
             self.note_peaks();
+            for q in self.results.drain(..) {
+                on_session(q);
+            }
         }
         self.finish(until)
     }
@@ -626,7 +650,7 @@ impl Sim {
         Progress {
             now_ns: self.now,
             sessions_started: self.started,
-            sessions_done: self.results.len() as u64,
+            sessions_done: self.done,
             active_flows: self.active_flows,
             events: self.events,
         }
@@ -709,7 +733,7 @@ impl Sim {
             Event::Sample => {
                 self.timeline.push(Sample {
                     at_ns: self.now,
-                    sessions: self.started - self.results.len() as u64,
+                    sessions: self.started - self.done,
                     flows: self.active_flows,
                     vms: if self.sites.is_empty() {
                         self.vm_of.len()
@@ -758,6 +782,7 @@ impl Sim {
             stalls: 0,
             up_slot: u32::MAX,
             holds: None,
+            id: r.id,
             title: r.title,
             vod: None,
         };
@@ -1477,7 +1502,7 @@ impl Sim {
         sess.phase = Phase::Done;
         sess.gen = sess.gen.wrapping_add(1);
         let q = SessionQoe {
-            id: 0,
+            id: sess.id,
             access: self.access_nodes[sess.access as usize],
             channel: sess.channel,
             quality_bps: sess.v,
@@ -1496,6 +1521,7 @@ impl Sim {
             vod: sess.vod,
         };
         self.results.push(q);
+        self.done += 1;
         self.detach(s);
         self.free_sessions.push(s);
     }
@@ -1620,16 +1646,11 @@ impl Sim {
             .iter()
             .filter(|s| s.phase != Phase::Done)
             .count() as u64;
-        let mut sessions = self.results;
-        sessions.sort_by_key(|q| q.request_ns);
-        for (i, q) in sessions.iter_mut().enumerate() {
-            q.id = i as u64;
-        }
         let access_nodes = self.access_nodes.clone();
         let mut peaks = self.peaks;
         peaks.map_access(&access_nodes);
         Outcome {
-            sessions,
+            sessions: Vec::new(),
             peaks,
             vms: self
                 .vm_log

@@ -157,27 +157,164 @@ impl Cdf {
     }
 }
 
-/// QoE summary of a set of sessions.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Summary {
-    pub sessions: usize,
-    pub start_s: Cdf,
-    pub buffering_ratio: Cdf,
-    pub stalls: Cdf,
-    pub playback_ratio: Cdf,
-    pub from_cache: f64,
+/// A streaming histogram of values ≥ 0 with log-spaced buckets 0.5 % wide:
+/// quantiles within 0.5 % of the exact ones (exact for small integers
+/// such as stall counts, which fall in buckets of their own), memory
+/// bounded by the range of the values, not their number.
+#[derive(Debug, Clone, Default)]
+pub struct Histogram {
+    zeros: u64,
+    /// Bucket index → (count, largest value seen in it).
+    buckets: std::collections::BTreeMap<i32, (u64, f64)>,
+    n: u64,
+    sum: f64,
+    max: f64,
 }
 
-impl Summary {
-    pub fn of(sessions: &[SessionQoe]) -> Self {
-        Summary {
-            sessions: sessions.len(),
-            start_s: Cdf::new(sessions.iter().map(|s| s.start_s()).collect()),
-            buffering_ratio: Cdf::new(sessions.iter().map(|s| s.buffering_ratio()).collect()),
-            stalls: Cdf::new(sessions.iter().map(|s| s.stalls as f64).collect()),
-            playback_ratio: Cdf::new(sessions.iter().map(|s| s.playback_ratio()).collect()),
-            from_cache: sessions.iter().filter(|s| s.from_cache).count() as f64
-                / sessions.len().max(1) as f64,
+const BUCKET_GROWTH: f64 = 1.005;
+
+impl Histogram {
+    pub fn add(&mut self, x: f64) {
+        if !x.is_finite() || x < 0.0 {
+            return;
         }
+        self.n += 1;
+        self.sum += x;
+        self.max = self.max.max(x);
+        if x == 0.0 {
+            self.zeros += 1;
+            return;
+        }
+        let i = (x.ln() / BUCKET_GROWTH.ln()).floor() as i32;
+        let b = self.buckets.entry(i).or_insert((0, x));
+        b.0 += 1;
+        b.1 = b.1.max(x);
+    }
+
+    pub fn len(&self) -> u64 {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    pub fn mean(&self) -> f64 {
+        if self.n == 0 {
+            f64::NAN
+        } else {
+            self.sum / self.n as f64
+        }
+    }
+
+    pub fn max(&self) -> f64 {
+        if self.n == 0 {
+            f64::NAN
+        } else {
+            self.max
+        }
+    }
+
+    /// The value at or below which a share `q` of the values lie (the
+    /// largest value seen in that bucket).
+    pub fn quantile(&self, q: f64) -> f64 {
+        if self.n == 0 {
+            return f64::NAN;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * self.n as f64).ceil() as u64).max(1);
+        if rank <= self.zeros {
+            return 0.0;
+        }
+        let mut seen = self.zeros;
+        for &(count, top) in self.buckets.values() {
+            seen += count;
+            if seen >= rank {
+                return top;
+            }
+        }
+        self.max
+    }
+
+    /// Share of values ≤ x (to the bucket).
+    pub fn at(&self, x: f64) -> f64 {
+        if self.n == 0 {
+            return f64::NAN;
+        }
+        let below: u64 = self.zeros
+            + self
+                .buckets
+                .values()
+                .filter(|b| b.1 <= x)
+                .map(|b| b.0)
+                .sum::<u64>();
+        below as f64 / self.n as f64
+    }
+
+    /// `n + 1` points (value, share ≤ it) of the CDF at evenly spaced
+    /// shares, for plots.
+    pub fn cdf_points(&self, n: usize) -> Vec<(f64, f64)> {
+        (0..=n)
+            .map(|i| {
+                let q = i as f64 / n as f64;
+                (self.quantile(q), q)
+            })
+            .collect()
+    }
+}
+
+/// The QoE of sessions as they end, in histograms.
+#[derive(Debug, Clone, Default)]
+pub struct QoeHistograms {
+    pub sessions: u64,
+    pub start_s: Histogram,
+    pub buffering_ratio: Histogram,
+    pub stalls: Histogram,
+    pub playback_ratio: Histogram,
+    pub from_cache: u64,
+    pub stalled: u64,
+}
+
+impl QoeHistograms {
+    pub fn add(&mut self, s: &SessionQoe) {
+        self.sessions += 1;
+        self.start_s.add(s.start_s());
+        self.buffering_ratio.add(s.buffering_ratio());
+        self.stalls.add(s.stalls as f64);
+        self.playback_ratio.add(s.playback_ratio());
+        self.from_cache += s.from_cache as u64;
+        self.stalled += (s.stalls > 0) as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    #[test]
+    fn histogram_quantiles_are_within_half_a_percent_and_integers_exact() {
+        let mut rng = Rng::new(7);
+        let xs: Vec<f64> = (0..100_000)
+            .map(|_| crate::dist::exponential(&mut rng, 3.0))
+            .collect();
+        let mut h = Histogram::default();
+        for &x in &xs {
+            h.add(x);
+        }
+        let exact = Cdf::new(xs.clone());
+        for q in [0.01, 0.1, 0.5, 0.9, 0.99, 0.999] {
+            let (a, b) = (h.quantile(q), exact.quantile(q));
+            assert!(a >= b && a <= b * 1.005 + 1e-12, "q{q}: {a} vs {b}");
+        }
+        assert_eq!(h.max(), exact.max());
+        assert!((h.mean() - xs.iter().sum::<f64>() / xs.len() as f64).abs() < 1e-9);
+        let mut k = Histogram::default();
+        for i in 0..1000u32 {
+            k.add((i % 7) as f64);
+        }
+        assert_eq!(k.quantile(0.0), 0.0);
+        assert_eq!(k.quantile(0.5), 3.0);
+        assert_eq!(k.quantile(1.0), 6.0);
+        assert!((k.at(2.0) - 429.0 / 1000.0).abs() < 1e-12);
     }
 }

@@ -67,7 +67,7 @@ enum Cmd {
     Chains(chains_cmd::ChainsArgs),
     /// Simulate a country-scale elastic CDN (CDNSim): AS graph, live
     /// channels, on-demand caches with a boot time; prints QoE and loads.
-    Sim(sim_cmd::SimArgs),
+    Sim(sim_cmd::SimCmd),
     /// Run the demo origin (synthetic objects and streams).
     Origin {
         #[arg(long, default_value = "127.0.0.1:9000", env = "VCDN_ORIGIN_LISTEN")]
@@ -381,7 +381,7 @@ fn main() -> ExitCode {
         Cmd::Name(c) => name_cmd::run(c),
         Cmd::Model(c) => model_cmd::run(c),
         Cmd::Chains(a) => chains_cmd::run(a),
-        Cmd::Sim(a) => sim_cmd::run(a),
+        Cmd::Sim(a) => sim_cmd::main(a),
         Cmd::Demo {
             listen,
             admin,

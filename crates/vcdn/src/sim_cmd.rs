@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use vcdn_model::capacity::CapacityModel;
 use vcdn_policy::autoscale::Autoscaler;
@@ -16,7 +16,7 @@ use vcdn_sim::engine::{
     expected_viewers, BootSemantics, CachePolicy, Config, Outcome, Scaling, Sim, Sites, VodPolicy,
 };
 use vcdn_sim::graph::{AsGraph, Capacities, CountrySize};
-use vcdn_sim::qoe::{Cdf, SessionQoe, Summary};
+use vcdn_sim::qoe::{Cdf, Histogram, QoeHistograms, SessionQoe};
 use vcdn_sim::share::Mode;
 use vcdn_sim::workload::{Vod, Workload};
 
@@ -400,10 +400,197 @@ fn sites(a: &SimArgs, g: &AsGraph, cfg: &Config) -> Result<Option<(Sites, String
     )))
 }
 
+/// `vcdn sim`, or `vcdn sim sweep`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct SimCmd {
+    #[command(subcommand)]
+    sweep: Option<SweepCmd>,
+    #[command(flatten)]
+    args: SimArgs,
+}
+
+#[derive(Subcommand)]
+enum SweepCmd {
+    /// Run every combination of some parameters, one simulation per core
+    /// at a time: `vcdn sim sweep --vary boot-ms=0,1130,11500 --vary
+    /// boot=wait,origin --out DIR -- --country DE --on-demand`.
+    Sweep(SweepArgs),
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    /// FLAG=V1,V2,…: a `vcdn sim` flag (without its dashes) and the
+    /// values it takes; repeat for a product.
+    #[arg(long, required = true)]
+    vary: Vec<String>,
+    /// Simulations at once (default: the machine's cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Where each run's JSON summary goes (FLAG=V,….json) and sweep.csv.
+    #[arg(long)]
+    out: PathBuf,
+    /// The `vcdn sim` flags every run shares (after `--`).
+    #[arg(last = true)]
+    base: Vec<String>,
+}
+
+/// `vcdn sim`'s flags parsed alone, for each run of a sweep.
+#[derive(clap::Parser)]
+#[command(name = "vcdn sim")]
+struct OneRun {
+    #[command(flatten)]
+    args: SimArgs,
+}
+
+pub fn main(c: SimCmd) -> Result<(), String> {
+    match c.sweep {
+        Some(SweepCmd::Sweep(s)) => sweep(s),
+        None => run(c.args),
+    }
+}
+
+fn sweep(s: SweepArgs) -> Result<(), String> {
+    use clap::Parser;
+    // The product of every --vary, as (flag, value) lists.
+    let mut combos: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for v in &s.vary {
+        let (flag, values) = v
+            .split_once('=')
+            .ok_or_else(|| format!("--vary {v:?}: FLAG=V1,V2,…"))?;
+        let flag = flag.trim_start_matches('-');
+        let values: Vec<&str> = values.split(',').filter(|x| !x.is_empty()).collect();
+        if values.is_empty() {
+            return Err(format!("--vary {v:?}: no values"));
+        }
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                values.iter().map(move |x| {
+                    let mut c = c.clone();
+                    c.push((flag.to_string(), x.to_string()));
+                    c
+                })
+            })
+            .collect();
+    }
+    std::fs::create_dir_all(&s.out).map_err(|e| format!("{}: {e}", s.out.display()))?;
+    // Parse every run before starting any: a typo fails at once.
+    let mut runs = Vec::new();
+    for c in &combos {
+        let name = c
+            .iter()
+            .map(|(f, v)| format!("{f}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut argv = vec!["vcdn sim".to_string()];
+        argv.extend(s.base.iter().cloned());
+        for (f, v) in c {
+            argv.push(format!("--{f}"));
+            argv.push(v.clone());
+        }
+        let mut one = OneRun::try_parse_from(&argv)
+            .map_err(|e| format!("run {name}: {}", e.render()))?
+            .args;
+        one.quiet = true;
+        one.json = None;
+        if one.sessions_csv.is_some() {
+            one.sessions_csv = Some(s.out.join(format!("{name}.sessions.csv")));
+        }
+        runs.push((name, one));
+    }
+    let jobs = s
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, runs.len().max(1));
+    let total = runs.len();
+    eprintln!(
+        "vcdn sim sweep: {total} runs, {jobs} at a time, into {}",
+        s.out.display()
+    );
+    let queue = std::sync::Mutex::new(runs.into_iter().enumerate().collect::<Vec<_>>());
+    let rows = std::sync::Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let Some((i, (name, a))) = queue.lock().unwrap().pop() else {
+                    return;
+                };
+                let result = execute(&a).and_then(|report| {
+                    let path = s.out.join(format!("{name}.json"));
+                    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap())
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    Ok(report)
+                });
+                let mut rows = rows.lock().unwrap();
+                rows.push((i, name.clone(), result));
+                eprintln!(
+                    "  [{}/{total}] {name} ({:.0} s into the sweep)",
+                    rows.len(),
+                    started.elapsed().as_secs_f64()
+                );
+            });
+        }
+    });
+    let mut rows = rows.into_inner().unwrap();
+    rows.sort_by_key(|r| r.0);
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    let mut csv = String::from(
+        "run,sessions,start_mean_s,start_p90_s,buffering_ratio_mean,stalled_share,served_by_caches,vm_or_instance_s,wall_s\n",
+    );
+    let mut failed = 0;
+    for (_, name, r) in &rows {
+        match r {
+            Ok(r) => {
+                let q = &r["qoe"];
+                csv += &format!(
+                    "\"{name}\",{},{:.4},{:.4},{:.5},{:.5},{:.4},{:.0},{:.2}\n",
+                    r["sessions"],
+                    f(&q["start_s"]["mean"]),
+                    f(&q["start_s"]["p90"]),
+                    f(&q["buffering_ratio"]["mean"]),
+                    f(&q["stalled_share"]),
+                    f(&q["served_by_caches"]),
+                    f(&r["vms"]["vm_seconds"]),
+                    f(&r["wall_s"])
+                );
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("  {name}: {e}");
+            }
+        }
+    }
+    let path = s.out.join("sweep.csv");
+    std::fs::write(&path, &csv).map_err(|e| format!("{}: {e}", path.display()))?;
+    print!("{csv}");
+    if failed > 0 {
+        return Err(format!("{failed} of {total} runs failed"));
+    }
+    Ok(())
+}
+
 pub fn run(a: SimArgs) -> Result<(), String> {
-    let (g, mut described) = graph(&a)?;
-    let mut cfg = config(&a)?;
-    if let Some((s, how)) = sites(&a, &g, &cfg)? {
+    let report = execute(&a)?;
+    print_report(&report);
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&report).unwrap();
+        if path == Path::new("-") {
+            println!("{text}");
+        } else {
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// One simulation, its sessions streamed into histograms (and the CSV):
+/// its summary.
+fn execute(a: &SimArgs) -> Result<serde_json::Value, String> {
+    let (g, mut described) = graph(a)?;
+    let mut cfg = config(a)?;
+    if let Some((s, how)) = sites(a, &g, &cfg)? {
         cfg.caches.sites = Some(s);
         described = format!("{described}; {how}");
         if let Some(v) = cfg.workload.vod {
@@ -437,10 +624,32 @@ pub fn run(a: SimArgs) -> Result<(), String> {
     if !a.quiet {
         eprintln!("vcdn sim: {described}, {access} access ASes reachable, ~{expected:.0} sessions");
     }
+    let mut csv = match &a.sessions_csv {
+        Some(path) => {
+            let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut w = std::io::BufWriter::new(f);
+            writeln!(w, "{}", SessionQoe::CSV_HEADER)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Some((w, path))
+        }
+        None => None,
+    };
+    let mut csv_error = None;
+    let mut qoe = QoeHistograms::default();
+    let mut vod = VodCounts::default();
     let wall = Instant::now();
     let mut last = Instant::now();
     let quiet = a.quiet;
-    let out = sim.run(50_000, |p| {
+    let on_session = |q: SessionQoe| {
+        qoe.add(&q);
+        vod.add(&q);
+        if let Some((w, path)) = &mut csv {
+            if let Err(e) = writeln!(w, "{}", q.csv()) {
+                csv_error.get_or_insert_with(|| format!("{}: {e}", path.display()));
+            }
+        }
+    };
+    let out = sim.run_streaming(50_000, |p| {
         if !quiet && last.elapsed().as_millis() >= 1000 {
             last = Instant::now();
             let t = p.now_ns as f64 / 1e9;
@@ -452,40 +661,79 @@ pub fn run(a: SimArgs) -> Result<(), String> {
                 p.active_flows
             );
         }
-    });
+    }, on_session);
     let secs = wall.elapsed().as_secs_f64();
     if !a.quiet {
         eprintln!();
     }
-    if let Some(path) = &a.sessions_csv {
-        write_sessions(path, &out.sessions)?;
+    if let Some(e) = csv_error {
+        return Err(e);
     }
-    let report = report(&out, secs, &described, cfg.caches.sites.is_some());
-    print_report(&report);
-    if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&report).unwrap();
-        if path == Path::new("-") {
-            println!("{text}");
-        } else {
-            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some((mut w, path)) = csv {
+        w.flush().map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(report(
+        &out,
+        &qoe,
+        &vod,
+        secs,
+        &described,
+        cfg.caches.sites.is_some(),
+    ))
+}
+
+/// What the sites' VoD caches did with each VoD session.
+#[derive(Default)]
+struct VodCounts {
+    sessions: u64,
+    hit: u64,
+    miss: u64,
+    bypass: u64,
+}
+
+impl VodCounts {
+    fn add(&mut self, q: &SessionQoe) {
+        if q.title.is_none() {
+            return;
+        }
+        self.sessions += 1;
+        match q.vod {
+            Some(Served::Hit) => self.hit += 1,
+            Some(Served::Miss) => self.miss += 1,
+            Some(Served::Bypass) => self.bypass += 1,
+            None => {}
         }
     }
-    Ok(())
-}
 
-fn write_sessions(path: &Path, sessions: &[SessionQoe]) -> Result<(), String> {
-    let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut w = std::io::BufWriter::new(f);
-    let err = |e: std::io::Error| format!("{}: {e}", path.display());
-    writeln!(w, "{}", SessionQoe::CSV_HEADER).map_err(err)?;
-    for s in sessions {
-        writeln!(w, "{}", s.csv()).map_err(err)?;
+    fn report(&self) -> serde_json::Value {
+        let n = self.sessions.max(1) as f64;
+        json!({
+            "sessions": self.sessions,
+            "hit": self.hit as f64 / n,
+            "miss": self.miss as f64 / n,
+            "bypass": self.bypass as f64 / n,
+            "no_cache": (self.sessions - self.hit - self.miss - self.bypass) as f64 / n,
+        })
     }
-    w.flush().map_err(err)
 }
 
-fn report(out: &Outcome, secs: f64, graph: &str, sites: bool) -> serde_json::Value {
-    let q = Summary::of(&out.sessions);
+/// 101 points of a CDF, for plots.
+fn cdf_points(c: &Cdf) -> Vec<f64> {
+    (0..=100).map(|i| c.quantile(i as f64 / 100.0)).collect()
+}
+
+fn hist_points(h: &Histogram) -> Vec<f64> {
+    h.cdf_points(100).into_iter().map(|p| p.0).collect()
+}
+
+fn report(
+    out: &Outcome,
+    q: &QoeHistograms,
+    vod: &VodCounts,
+    secs: f64,
+    graph: &str,
+    sites: bool,
+) -> serde_json::Value {
     let vm_mbps = Cdf::new(out.vms.iter().map(|v| v.2 / 1e6).collect());
     let vm_conn = Cdf::new(out.vms.iter().map(|v| v.3 as f64).collect());
     let peaks = out.peaks.per_as.values();
@@ -493,8 +741,7 @@ fn report(out: &Outcome, secs: f64, graph: &str, sites: bool) -> serde_json::Val
     let as_conn = Cdf::new(peaks.clone().map(|p| p.connections as f64).collect());
     let as_vms = Cdf::new(peaks.map(|p| p.vms as f64).collect());
     let rss = peak_rss();
-    let stalled = out.sessions.iter().filter(|s| s.stalls > 0).count() as f64
-        / out.sessions.len().max(1) as f64;
+    let n = q.sessions.max(1) as f64;
     json!({
         "sites": sites,
         "graph": graph,
@@ -509,14 +756,14 @@ fn report(out: &Outcome, secs: f64, graph: &str, sites: bool) -> serde_json::Val
         "rss_per_peak_flow_bytes": rss.map(|r| r as f64 / out.max_active_flows.max(1) as f64),
         "filled_flows": out.filled_flows,
         "qoe": {
-            "start_s": quantiles(&q.start_s),
-            "buffering_ratio": quantiles(&q.buffering_ratio),
-            "buffering_events": quantiles(&q.stalls),
-            "playback_ratio": quantiles(&q.playback_ratio),
-            "served_by_caches": q.from_cache,
-            "stalled_share": stalled,
+            "start_s": hist_quantiles(&q.start_s),
+            "buffering_ratio": hist_quantiles(&q.buffering_ratio),
+            "buffering_events": hist_quantiles(&q.stalls),
+            "playback_ratio": hist_quantiles(&q.playback_ratio),
+            "served_by_caches": q.from_cache as f64 / n,
+            "stalled_share": q.stalled as f64 / n,
         },
-        "vod": vod_report(&out.sessions),
+        "vod": vod.report(),
         "vms": {
             "count": out.vms.len(),
             "vm_seconds": out.vm_seconds,
@@ -532,21 +779,23 @@ fn report(out: &Outcome, secs: f64, graph: &str, sites: bool) -> serde_json::Val
             "peak_connections": quantiles(&as_conn),
             "peak_vms": quantiles(&as_vms),
         },
+        // Values at the shares 0, 0.01, …, 1 (the CDFs of Figs 1 and 2).
+        "cdfs": {
+            "vm_peak_mbps": cdf_points(&vm_mbps),
+            "vm_peak_connections": cdf_points(&vm_conn),
+            "as_peak_gbps": cdf_points(&as_gbps),
+            "as_peak_connections": cdf_points(&as_conn),
+            "as_peak_vms": cdf_points(&as_vms),
+            "start_s": hist_points(&q.start_s),
+            "buffering_ratio": hist_points(&q.buffering_ratio),
+            "buffering_events": hist_points(&q.stalls),
+            "playback_ratio": hist_points(&q.playback_ratio),
+        },
     })
 }
 
-/// What the sites' VoD caches did: shares of VoD sessions.
-fn vod_report(sessions: &[SessionQoe]) -> serde_json::Value {
-    let vod: Vec<&SessionQoe> = sessions.iter().filter(|s| s.title.is_some()).collect();
-    let n = vod.len().max(1) as f64;
-    let share = |w: Option<Served>| vod.iter().filter(|s| s.vod == w).count() as f64 / n;
-    json!({
-        "sessions": vod.len(),
-        "hit": share(Some(Served::Hit)),
-        "miss": share(Some(Served::Miss)),
-        "bypass": share(Some(Served::Bypass)),
-        "no_cache": share(None),
-    })
+fn hist_quantiles(h: &Histogram) -> serde_json::Value {
+    json!({"mean": h.mean(), "p50": h.quantile(0.5), "p90": h.quantile(0.9), "p99": h.quantile(0.99), "max": h.max()})
 }
 
 fn print_report(r: &serde_json::Value) {
