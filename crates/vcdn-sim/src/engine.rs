@@ -80,8 +80,14 @@ pub struct VodPolicy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sites {
     /// What one instance serves at the quality target (bit/s): the
-    /// dimensioning's sessions per vCPU × vCPUs per instance × bitrate.
+    /// dimensioning's sessions per vCPU × vCPUs per instance × bitrate,
+    /// the unit of the autoscaler's load.
     pub per_instance_bps: f64,
+    /// What one instance can send (bit/s), shared by its viewers' flows:
+    /// `per_instance_bps` when the quality target is where the instance
+    /// saturates, more when it serves bursts faster than that (a cache on
+    /// a fast network starts a player at far more than its bitrate).
+    pub instance_link_bps: f64,
     pub scaling: Scaling,
 }
 
@@ -98,6 +104,9 @@ pub enum Scaling {
     Autoscaled {
         autoscaler: Autoscaler,
         every_ns: u64,
+        /// Decisions fall at `phase_ns + k × every_ns`, k ≥ 1 (a live
+        /// supervisor's clock has its own phase against the viewers').
+        phase_ns: u64,
         min: u32,
         max: u32,
     },
@@ -483,8 +492,10 @@ impl Sim {
         let site_link0 = capacities.len() as u32;
         let n_access = access_nodes.len();
         if let Some(sites) = &cfg.caches.sites {
-            if !(sites.per_instance_bps > 0.0 && sites.per_instance_bps.is_finite()) {
-                return Err("an instance must serve more than 0 bit/s".into());
+            for v in [sites.per_instance_bps, sites.instance_link_bps] {
+                if !(v > 0.0 && v.is_finite()) {
+                    return Err("an instance must serve more than 0 bit/s".into());
+                }
             }
             if let Scaling::Autoscaled {
                 every_ns, min, max, ..
@@ -562,10 +573,12 @@ impl Sim {
                     sim.touch_as(a as u32);
                 }
             }
-            Some(Scaling::Autoscaled { every_ns, .. }) => {
-                let every = *every_ns;
+            Some(Scaling::Autoscaled {
+                every_ns, phase_ns, ..
+            }) => {
+                let first = *phase_ns + *every_ns;
                 sim.sites = vec![Site::default(); n_access];
-                sim.schedule(every, Event::Scale);
+                sim.schedule(first, Event::Scale);
             }
         }
         if sim.cfg.sample_ns > 0 {
@@ -1158,10 +1171,15 @@ impl Sim {
         let gen = site.gen;
         self.instances += n;
         self.site_instances_changed(access);
-        self.schedule(
-            self.now + self.cfg.caches.boot_ns,
-            Event::InstancesReady(access, n, gen),
-        );
+        if self.cfg.caches.boot_ns == 0 {
+            // Ready at once: the request that started the site is served.
+            self.instances_ready(access, n);
+        } else {
+            self.schedule(
+                self.now + self.cfg.caches.boot_ns,
+                Event::InstancesReady(access, n, gen),
+            );
+        }
     }
 
     fn instances_ready(&mut self, access: u32, n: u32) {
@@ -1203,7 +1221,7 @@ impl Sim {
             .caches
             .sites
             .as_ref()
-            .map_or(0.0, |s| s.per_instance_bps);
+            .map_or(0.0, |s| s.instance_link_bps);
         let cap = self.sites[access as usize].ready as f64 * per;
         self.sharing.set_capacity(self.site_link0 + access, cap);
         self.site_instances_changed(access);
@@ -1285,6 +1303,7 @@ impl Sim {
                     max,
                     ..
                 },
+            ..
         }) = self.cfg.caches.sites.clone()
         else {
             return;

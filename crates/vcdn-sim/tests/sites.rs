@@ -43,6 +43,7 @@ fn fixed(instances: u32, per_instance_bps: f64) -> Sites {
     let access = 2; // the access AS's node
     Sites {
         per_instance_bps,
+        instance_link_bps: per_instance_bps,
         scaling: Scaling::Fixed(HashMap::from([(access, instances)])),
     }
 }
@@ -100,9 +101,11 @@ fn the_autoscaler_keeps_a_site_within_its_band_and_costs_less_than_the_peak() {
     let a = Autoscaler::default();
     let sites = Sites {
         per_instance_bps: per,
+        instance_link_bps: per,
         scaling: Scaling::Autoscaled {
             autoscaler: a,
             every_ns: 1_000_000_000,
+            phase_ns: 0,
             min: 1,
             max: 64,
         },
@@ -159,9 +162,11 @@ fn the_autoscaler_keeps_a_site_within_its_band_and_costs_less_than_the_peak() {
         1_200.0,
         Sites {
             per_instance_bps: per,
+            instance_link_bps: per,
             scaling: Scaling::Autoscaled {
                 autoscaler: a,
                 every_ns: 1_000_000_000,
+                phase_ns: 0,
                 min: 1,
                 max: 64,
             },

@@ -38,6 +38,7 @@ fn run(filter: Option<usize>) -> Outcome {
         caches: CachePolicy {
             sites: Some(Sites {
                 per_instance_bps: 1e12,
+                instance_link_bps: 1e12,
                 scaling: Scaling::Fixed(HashMap::from([(2, 1)])),
             }),
             vod: Some(VodPolicy {

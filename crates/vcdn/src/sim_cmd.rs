@@ -123,10 +123,14 @@ pub struct SimArgs {
     /// --capacity-model` reads); default: the paper's measurements.
     #[arg(long)]
     capacity_model: Option<PathBuf>,
-    /// What one instance serves (Mb/s), instead of the capacity model's
-    /// figure.
+    /// What one instance serves at the quality target (Mb/s), instead of
+    /// the capacity model's figure.
     #[arg(long)]
     instance_mbps: Option<f64>,
+    /// What one instance can send (Mb/s), shared by its viewers; default:
+    /// what it serves at the quality target (it saturates there).
+    #[arg(long)]
+    instance_link_mbps: Option<f64>,
     /// Fixed sites: size for the forecast mean plus this many standard
     /// deviations of concurrent viewers (Poisson).
     #[arg(long, default_value_t = 3.0)]
@@ -380,6 +384,7 @@ fn sites(a: &SimArgs, g: &AsGraph, cfg: &Config) -> Result<Option<(Sites, String
             Scaling::Autoscaled {
                 autoscaler: Autoscaler::default(),
                 every_ns: ns(a.scale_every_s * 1e3, "--scale-every-s")?.max(1),
+                phase_ns: 0,
                 min: a.min_instances.max(1),
                 max: a.max_instances,
             },
@@ -394,6 +399,11 @@ fn sites(a: &SimArgs, g: &AsGraph, cfg: &Config) -> Result<Option<(Sites, String
     Ok(Some((
         Sites {
             per_instance_bps,
+            instance_link_bps: match a.instance_link_mbps {
+                Some(m) if m > 0.0 && m.is_finite() => m * 1e6,
+                Some(_) => return Err("--instance-link-mbps must be > 0".into()),
+                None => per_instance_bps,
+            },
             scaling,
         },
         format!("{how}, {:.0} Mb/s per instance", per_instance_bps / 1e6),
@@ -778,6 +788,10 @@ fn report(
             "peak_gbps": quantiles(&as_gbps),
             "peak_connections": quantiles(&as_conn),
             "peak_vms": quantiles(&as_vms),
+            "under_10_gbps": as_gbps.at(10.0),
+            "under_40_gbps": as_gbps.at(40.0),
+            "over_50_vms": 1.0 - as_vms.at(50.0),
+            "over_150_vms": 1.0 - as_vms.at(150.0),
         },
         // Values at the shares 0, 0.01, …, 1 (the CDFs of Figs 1 and 2).
         "cdfs": {
