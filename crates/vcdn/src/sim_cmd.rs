@@ -518,7 +518,8 @@ fn sweep(s: SweepArgs) -> Result<(), String> {
         "vcdn sim sweep: {total} runs, {jobs} at a time, into {}",
         s.out.display()
     );
-    let queue = std::sync::Mutex::new(runs.into_iter().enumerate().collect::<Vec<_>>());
+    // Popped from the end: reversed, so runs start in the order given.
+    let queue = std::sync::Mutex::new(runs.into_iter().enumerate().rev().collect::<Vec<_>>());
     let rows = std::sync::Mutex::new(Vec::new());
     let started = Instant::now();
     std::thread::scope(|scope| {
