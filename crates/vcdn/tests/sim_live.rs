@@ -21,7 +21,7 @@ use vcdn_sim::workload::{Vod, Workload};
 const BITRATE_BPS: f64 = 250_000.0;
 const SEGMENT_S: f64 = 2.0;
 const RAMP_S: f64 = 10.0;
-const PLAY_S: f64 = 30.0;
+const PLAY_S: f64 = 20.0;
 /// Viewers per region.
 const VIEWERS: [(&str, u32); 2] = [("paris", 40), ("lyon", 18)];
 /// How long the live instance counts are watched: the players' ramp and
@@ -70,7 +70,7 @@ fn player(cache: &str, viewers: u32, report: &std::path::Path) -> Child {
 
 /// The same region in the simulator: one access AS behind a transit AS,
 /// `viewers` arriving evenly over the ramp (Gamma gaps of shape 10⁴: a
-/// coefficient of variation of 1 %), each watching 30 s of one title at
+/// coefficient of variation of 1 %), each watching `PLAY_S` of one title at
 /// the lowest bitrate, served by an autoscaled site of instances of
 /// `per_instance` sessions whose autoscaler decides once a second at
 /// `phase_ns` past the second. Returns (instances every 0.5 s from 0.5 s,
