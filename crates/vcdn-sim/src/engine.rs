@@ -727,10 +727,12 @@ impl Sim {
             }
             Event::Scale => {
                 self.scale();
-                if self
-                    .heap
-                    .iter()
-                    .any(|e| !matches!(e.event, Event::Sample | Event::Epoch | Event::Scale))
+                // While requests are to come, sessions run or a site may
+                // still stop (its idle timer is then in the heap): no scan
+                // of the heap once a second.
+                if self.pending.is_some()
+                    || self.started > self.done
+                    || !self.active_sites.is_empty()
                 {
                     let every = match self.cfg.caches.sites.as_ref().map(|s| &s.scaling) {
                         Some(Scaling::Autoscaled { every_ns, .. }) => *every_ns,
