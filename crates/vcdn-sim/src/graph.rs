@@ -190,6 +190,18 @@ impl AsGraph {
             .collect()
     }
 
+    /// The smallest useful graph: the origin's content AS (node 0) behind
+    /// one transit AS (node 1) that serves one access AS (node 2) with all
+    /// the users. For checks against closed forms and the live system.
+    pub fn chain() -> AsGraph {
+        AsGraph::from_caida(
+            "2|1|-1\n2|3|-1\n",
+            "asn,role,weight\n1,content,0\n2,transit,0\n3,access,1\n",
+            None,
+        )
+        .expect("a valid chain")
+    }
+
     /// CAIDA's AS-relationship file (`a|b|rel[|source]`, `#` comments;
     /// rel −1: a is b's provider, 0: peers) cut down to the ASes of a
     /// roles/weights CSV (`asn,role,weight[,country]`, a header line, role

@@ -6,16 +6,6 @@ use vcdn_sim::engine::{BootSemantics, CachePolicy, Config, Outcome, Sim};
 use vcdn_sim::graph::{AsGraph, Capacities};
 use vcdn_sim::workload::{Workload, QUALITIES_BPS};
 
-/// Origin (content) → transit → one access AS.
-fn chain() -> AsGraph {
-    AsGraph::from_caida(
-        "2|1|-1\n2|3|-1\n",
-        "asn,role,weight\n1,content,0\n2,transit,0\n3,access,1\n",
-        None,
-    )
-    .unwrap()
-}
-
 fn workload(rate: f64, arrivals_s: f64) -> Workload {
     Workload {
         rate,
@@ -59,7 +49,7 @@ fn mean_over(
 
 #[test]
 fn uncongested_start_time_is_the_buffer_over_the_line_rate() {
-    let g = chain();
+    let g = AsGraph::chain();
     let out = run(
         &g,
         Config {
@@ -93,7 +83,7 @@ fn uncongested_start_time_is_the_buffer_over_the_line_rate() {
 
 #[test]
 fn concurrent_sessions_follow_littles_law() {
-    let g = chain();
+    let g = AsGraph::chain();
     let w = workload(10.0, 3_000.0);
     // ~3,200 viewers at 5.3 Mb/s on average: give the access link room.
     let out = run(
@@ -117,7 +107,7 @@ fn concurrent_sessions_follow_littles_law() {
 
 #[test]
 fn concurrent_caches_per_as_match_the_occupancy_formula() {
-    let g = chain();
+    let g = AsGraph::chain();
     for rate in [0.3, 3.0] {
         let w = workload(rate, 3_000.0);
         let sim = Sim::new(
@@ -152,7 +142,7 @@ fn concurrent_caches_per_as_match_the_occupancy_formula() {
 
 #[test]
 fn while_a_cache_boots_requests_wait_or_go_to_the_origin() {
-    let g = chain();
+    let g = AsGraph::chain();
     let cfg = |boot| Config {
         workload: workload(2.0, 300.0),
         caches: CachePolicy {
@@ -190,7 +180,7 @@ fn while_a_cache_boots_requests_wait_or_go_to_the_origin() {
 
 #[test]
 fn a_congested_access_link_never_carries_more_than_its_capacity_and_players_stall() {
-    let g = chain();
+    let g = AsGraph::chain();
     let cfg = Config {
         sample_ns: 1_000_000_000,
         ..congested()
@@ -213,7 +203,7 @@ fn a_congested_access_link_never_carries_more_than_its_capacity_and_players_stal
 
 #[test]
 fn settling_once_per_epoch_ends_and_stays_close_to_exact() {
-    let g = chain();
+    let g = AsGraph::chain();
     let cfg = congested();
     let exact = run(&g, cfg.clone());
     let epoch = run(
@@ -251,7 +241,7 @@ fn settling_once_per_epoch_ends_and_stays_close_to_exact() {
 
 #[test]
 fn static_caches_stay_and_idle_caches_wait_before_teardown() {
-    let g = chain();
+    let g = AsGraph::chain();
     let base = Config {
         workload: workload(0.2, 1_200.0),
         ..Config::default()

@@ -9,16 +9,6 @@ use vcdn_sim::engine::{CachePolicy, Config, Outcome, Scaling, Sim, Sites};
 use vcdn_sim::graph::AsGraph;
 use vcdn_sim::workload::Workload;
 
-/// Origin (content) → transit → one access AS (node 2).
-fn chain() -> AsGraph {
-    AsGraph::from_caida(
-        "2|1|-1\n2|3|-1\n",
-        "asn,role,weight\n1,content,0\n2,transit,0\n3,access,1\n",
-        None,
-    )
-    .unwrap()
-}
-
 /// One viewer a second for `arrivals_s`, 60–600 s sessions: about 320
 /// concurrent viewers and 1.7 Gb/s of video at the steady state.
 fn config(arrivals_s: f64, sites: Sites) -> Config {
@@ -49,7 +39,7 @@ fn fixed(instances: u32, per_instance_bps: f64) -> Sites {
 }
 
 fn run(cfg: Config) -> Outcome {
-    Sim::new(&chain(), cfg).unwrap().run(0, |_| {})
+    Sim::new(&AsGraph::chain(), cfg).unwrap().run(0, |_| {})
 }
 
 fn stalled_share(out: &Outcome) -> f64 {
@@ -110,7 +100,7 @@ fn the_autoscaler_keeps_a_site_within_its_band_and_costs_less_than_the_peak() {
             max: 64,
         },
     };
-    let out = run(config(1_200.0, sites));
+    let out = run(config(1_200.0, sites.clone()));
     assert_eq!(out.unfinished, 0);
     // The steady state: utilisation of the running instances (demand over
     // their capacity) inside the autoscaler's band almost always, and
@@ -158,20 +148,7 @@ fn the_autoscaler_keeps_a_site_within_its_band_and_costs_less_than_the_peak() {
     // The run drained: the site stopped with its last viewer.
     assert_eq!(out.timeline.last().unwrap().sessions, 0);
     // Deterministic for a seed.
-    let again = run(config(
-        1_200.0,
-        Sites {
-            per_instance_bps: per,
-            instance_link_bps: per,
-            scaling: Scaling::Autoscaled {
-                autoscaler: a,
-                every_ns: 1_000_000_000,
-                phase_ns: 0,
-                min: 1,
-                max: 64,
-            },
-        },
-    ));
+    let again = run(config(1_200.0, sites));
     assert_eq!(again.vm_seconds, out.vm_seconds);
     assert_eq!(again.events, out.events);
 }

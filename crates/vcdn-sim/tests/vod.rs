@@ -16,12 +16,7 @@ const TITLES: u32 = 10_000;
 const STORE: usize = 100; // δ2 = 1 %
 
 fn run(filter: Option<usize>) -> Outcome {
-    let g = AsGraph::from_caida(
-        "2|1|-1\n2|3|-1\n",
-        "asn,role,weight\n1,content,0\n2,transit,0\n3,access,1\n",
-        None,
-    )
-    .unwrap();
+    let g = AsGraph::chain();
     let cfg = Config {
         // 200 short VoD sessions a second for 600 s: 120,000 requests.
         workload: Workload {

@@ -8,7 +8,7 @@
 mod support;
 
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -303,21 +303,10 @@ fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// A small capacity model: one vCPU keeps MOS >= 4 for 20 HD sessions.
-fn small_model(dir: &Path) -> String {
-    let p = dir.join("capacity.toml");
-    std::fs::write(
-        &p,
-        "source = \"test\"\n[[throughput]]\nobject_bytes = 425000\nrequests_per_s = 20\n[[video]]\nbitrate_kbps = 1700\nchunk_s = 2.0\npoints = [{ sessions = 10, mos = 4.8 }, { sessions = 20, mos = 4.0 }, { sessions = 40, mos = 2.0 }]\n",
-    )
-    .unwrap();
-    p.to_string_lossy().into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_route_fetch_heal_scale_and_delete_a_vcdn() {
     let model_dir = tempdir("control-model");
-    let model = small_model(&model_dir);
+    let model = support::small_capacity_model(&model_dir);
     let up = Up::start("control-e2e", &["--capacity-model", &model]);
     let origin = up.origin_url();
 
@@ -905,7 +894,7 @@ async fn postgresql_keeps_the_state_across_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn viewers_reporting_a_low_mos_make_the_service_scale_out() {
     let model_dir = tempdir("control-qoe-model");
-    let model = small_model(&model_dir);
+    let model = support::small_capacity_model(&model_dir);
     let up = Up::start("control-qoe", &["--capacity-model", &model]);
     let key = up.key();
     let spec = json!({"name": "q", "origin": up.origin_url(), "hostname": "q.example", "flavor": "elastic",

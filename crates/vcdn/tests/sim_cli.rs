@@ -181,26 +181,22 @@ fn a_sweep_runs_every_combination_and_refuses_a_typo_before_running_any() {
     let csv = std::fs::read_to_string(out_dir.join("sweep.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().skip(1).collect();
     assert_eq!(rows.len(), 4, "{csv}");
+    let summary = |name: &str| -> Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(out_dir.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
     for name in [
         "boot-ms=0,boot=wait",
         "boot-ms=0,boot=origin",
         "boot-ms=5000,boot=wait",
         "boot-ms=5000,boot=origin",
     ] {
-        let r: Value = serde_json::from_str(
-            &std::fs::read_to_string(out_dir.join(format!("{name}.json"))).unwrap(),
-        )
-        .unwrap();
-        assert!(r["sessions"].as_u64().unwrap() > 400, "{name}");
+        assert!(summary(name)["sessions"].as_u64().unwrap() > 400, "{name}");
     }
     // Requests that wait 5 s for their cache start later than with none.
-    let start = |name: &str| -> f64 {
-        let r: Value = serde_json::from_str(
-            &std::fs::read_to_string(out_dir.join(format!("{name}.json"))).unwrap(),
-        )
-        .unwrap();
-        r["qoe"]["start_s"]["mean"].as_f64().unwrap()
-    };
+    let start = |name: &str| summary(name)["qoe"]["start_s"]["mean"].as_f64().unwrap();
     assert!(start("boot-ms=5000,boot=wait") > start("boot-ms=0,boot=wait") + 0.5);
 
     let typo_dir = dir.join("typo");

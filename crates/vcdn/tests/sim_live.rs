@@ -28,17 +28,6 @@ const VIEWERS: [(&str, u32); 2] = [("paris", 40), ("lyon", 18)];
 /// play, and a little more.
 const WATCH_S: f64 = RAMP_S + PLAY_S + 2.0;
 
-/// One vCPU keeps MOS ≥ 4 for 20 sessions (the control tests' model).
-fn small_model(dir: &std::path::Path) -> String {
-    let p = dir.join("capacity.toml");
-    std::fs::write(
-        &p,
-        "source = \"test\"\n[[throughput]]\nobject_bytes = 425000\nrequests_per_s = 20\n[[video]]\nbitrate_kbps = 1700\nchunk_s = 2.0\npoints = [{ sessions = 10, mos = 4.8 }, { sessions = 20, mos = 4.0 }, { sessions = 40, mos = 2.0 }]\n",
-    )
-    .unwrap();
-    p.to_string_lossy().into_owned()
-}
-
 fn running(service: &Value, region: &str) -> usize {
     service["graph"]["regions"]
         .as_array()
@@ -76,12 +65,7 @@ fn player(cache: &str, viewers: u32, report: &std::path::Path) -> Child {
 /// `phase_ns` past the second. Returns (instances every 0.5 s from 0.5 s,
 /// mean start s, stalls).
 fn simulate(viewers: u32, per_instance: f64, phase_ns: u64) -> (Vec<f64>, f64, u32) {
-    let g = AsGraph::from_caida(
-        "2|1|-1\n2|3|-1\n",
-        "asn,role,weight\n1,content,0\n2,transit,0\n3,access,1\n",
-        None,
-    )
-    .unwrap();
+    let g = AsGraph::chain();
     let cfg = Config {
         workload: Workload {
             rate: viewers as f64 / RAMP_S,
@@ -152,7 +136,7 @@ fn simulate(viewers: u32, per_instance: f64, phase_ns: u64) -> (Vec<f64>, f64, u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_simulator_predicts_the_live_systems_instances_stalls_and_start_times() {
     let dir = tempdir("sim-live");
-    let model = small_model(&dir);
+    let model = support::small_capacity_model(&dir);
     let up = Up::start("sim-live-up", &["--capacity-model", &model]);
     let key = up.demo_key();
     let regions: Vec<Value> = VIEWERS

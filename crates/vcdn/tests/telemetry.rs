@@ -33,17 +33,6 @@ use vcdn_telemetry::record::{
     self, Record, TOPIC_EDGE_STATS, TOPIC_QOE_REPORTS, TOPIC_ROUTER_DECISIONS,
 };
 
-/// A small capacity model: one vCPU keeps MOS >= 4 for 20 HD sessions.
-fn small_model(dir: &Path) -> String {
-    let p = dir.join("capacity.toml");
-    std::fs::write(
-        &p,
-        "source = \"test\"\n[[throughput]]\nobject_bytes = 425000\nrequests_per_s = 20\n[[video]]\nbitrate_kbps = 1700\nchunk_s = 2.0\npoints = [{ sessions = 10, mos = 4.8 }, { sessions = 20, mos = 4.0 }, { sessions = 40, mos = 2.0 }]\n",
-    )
-    .unwrap();
-    p.to_string_lossy().into_owned()
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -122,7 +111,7 @@ async fn get(cache: SocketAddr, path: &str) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caches_publish_their_counters_and_forgeries_and_restarts_change_nothing() {
     let model_dir = support::tempdir("telemetry-model");
-    let model = small_model(&model_dir);
+    let model = support::small_capacity_model(&model_dir);
     let (up, port) = up("telemetry-feed", &model, true, &[]);
     let id = order(&up, "feed", "paris", 10).await;
     let s = service(&up, &id).await;
@@ -467,7 +456,7 @@ fn mean_ms(d: &[Duration]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_supervisor_scales_out_from_telemetry_alone_with_polling_off() {
     let model_dir = support::tempdir("telemetry-scale-model");
-    let model = small_model(&model_dir);
+    let model = support::small_capacity_model(&model_dir);
 
     // Telemetry alone: never a poll.
     let (tele, _) = up("telemetry-only", &model, true, &["--no-stats-polling"]);
@@ -517,7 +506,7 @@ async fn the_supervisor_scales_out_from_telemetry_alone_with_polling_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_polling_off_a_silent_cache_is_taken_for_hung_and_replaced() {
     let model_dir = support::tempdir("telemetry-silent-model");
-    let model = small_model(&model_dir);
+    let model = support::small_capacity_model(&model_dir);
     let (up, _) = up("telemetry-silent", &model, true, &["--no-stats-polling"]);
     let id = order(&up, "silent", "lyon", 10).await;
     let inst = instances(&service(&up, &id).await)[0].clone();

@@ -20,17 +20,6 @@ use serde_json::{json, Value};
 use support::eventually;
 use support::up::{free_port, Up, OP};
 
-/// A small capacity model: one vCPU keeps MOS >= 4 for 20 HD sessions.
-fn small_model(dir: &Path) -> String {
-    let p = dir.join("capacity.toml");
-    std::fs::write(
-        &p,
-        "source = \"test\"\n[[throughput]]\nobject_bytes = 425000\nrequests_per_s = 20\n[[video]]\nbitrate_kbps = 1700\nchunk_s = 2.0\npoints = [{ sessions = 10, mos = 4.8 }, { sessions = 20, mos = 4.0 }, { sessions = 40, mos = 2.0 }]\n",
-    )
-    .unwrap();
-    p.to_string_lossy().into_owned()
-}
-
 /// A `vcdn up --kafka` stopped with SIGTERM when dropped (so that its
 /// broker goes too), whose broker is killed by its pid file should the
 /// control plane not have stopped it.
@@ -197,7 +186,7 @@ fn rewind_billing_group(bootstrap: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_is_billed_through_kafka_exactly_once_across_a_killed_control_plane() {
     let model_dir = support::tempdir("billing-model");
-    let model = small_model(&model_dir);
+    let model = support::small_capacity_model(&model_dir);
     let mut k = KafkaUp::start("billing-kafka", &model);
     let bootstrap = format!("127.0.0.1:{}", k.kafka_port);
     assert!(

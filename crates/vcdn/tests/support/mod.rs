@@ -39,6 +39,18 @@ impl Proc {
     }
 }
 
+/// A small capacity model: one vCPU keeps MOS >= 4 for 20 HD sessions
+/// (so an elastic service scales out at a few dozen viewers).
+pub fn small_capacity_model(dir: &Path) -> String {
+    let p = dir.join("capacity.toml");
+    std::fs::write(
+        &p,
+        "source = \"test\"\n[[throughput]]\nobject_bytes = 425000\nrequests_per_s = 20\n[[video]]\nbitrate_kbps = 1700\nchunk_s = 2.0\npoints = [{ sessions = 10, mos = 4.8 }, { sessions = 20, mos = 4.0 }, { sessions = 40, mos = 2.0 }]\n",
+    )
+    .unwrap();
+    p.to_string_lossy().into_owned()
+}
+
 /// Start `vcdn ARGS` and wait (at most 10 s) for it to print its addresses.
 pub fn spawn(args: &[&str]) -> Proc {
     spawn_env(args, &[])
