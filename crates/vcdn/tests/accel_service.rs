@@ -403,12 +403,14 @@ async fn an_accelerated_service_serves_dynamic_content_through_its_chain_and_del
     up.kill();
     let killed = std::time::Instant::now();
     // The snapshot is taken once the controller is dead: until then a moved
-    // RTT may still push a newer version (it did, on a loaded CI machine).
+    // RTT may still push a newer version (it did, on a loaded CI machine),
+    // and a kill in the middle of a push leaves proxies on different
+    // versions. Each keeps what it holds; the restart below makes them agree.
     let before = tables_now().await;
     assert!(
         before
             .iter()
-            .all(|t| t.as_ref().is_some_and(|t| t["version"].as_u64() >= version)),
+            .all(|t| t.as_ref().is_some_and(|t| t["version"].as_u64() >= Some(1))),
         "a proxy lost its table when the controller died: {before:?}"
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
