@@ -67,6 +67,10 @@ pub struct PlayerArgs {
     /// `vcdn up` prints) [default: the system's CAs].
     #[arg(long, env = "VCDN_API_FINGERPRINT")]
     qoe_fingerprint: Option<String>,
+    /// Seconds a request may take before it counts as failed (a viewer's
+    /// player gives up on a segment too; a deliberately slow origin needs more).
+    #[arg(long, default_value_t = 10.0)]
+    request_timeout: f64,
     /// HTTP load: total requests per second (open loop); without it each
     /// connection sends back to back (closed loop).
     #[arg(long, requires = "http")]
@@ -108,6 +112,10 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
                 .into(),
         );
     }
+    if !(0.1..=3_600.0).contains(&a.request_timeout) {
+        return Err("give a --request-timeout of 0.1 to 3,600 seconds".into());
+    }
+    let request_timeout = Duration::from_secs_f64(a.request_timeout);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(a.threads.max(1))
         .enable_all()
@@ -125,7 +133,7 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
             connections: a.connections,
             rate: a.rate,
             duration: Duration::from_secs_f64(a.duration),
-            timeout: Duration::from_secs(10),
+            timeout: request_timeout,
             progress: !a.quiet,
         };
         let report = rt
@@ -153,6 +161,7 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
             }),
             None => None,
         },
+        request_timeout,
         ..PlayerOptions::default()
     };
     let report = rt

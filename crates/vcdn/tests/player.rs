@@ -180,6 +180,10 @@ async fn an_origin_9_s_late_per_segment_makes_viewers_stall_and_score_below_3() 
                 } else {
                     "adaptive"
                 },
+                // 9 s per answer leaves no margin under 10 s on a busy
+                // machine: a timeout would be a failure, not a stall.
+                "--request-timeout",
+                "30",
                 "--report",
                 report.to_str().unwrap(),
             ]);
