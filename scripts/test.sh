@@ -60,15 +60,10 @@ if [[ ! -x "$HOME/go/bin/h2spec" ]]; then
   GOBIN="$HOME/go/bin" GOFLAGS=-mod=mod "$GO" install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
 fi
 
+# Build prerequisites (rdkafka's librdkafka, the SRv6 BPF programs, libbpf).
+bash scripts/deps.sh
 # The telemetry datasink is tested on a real Apache Kafka (KRaft, from Maven
-# Central's jars, run with the JDK); its Rust client rdkafka builds librdkafka
-# from source (cmake, g++, and libcurl's headers for a librdkafka quirk).
-if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1 || [[ ! -f /usr/include/x86_64-linux-gnu/curl/curl.h && ! -f /usr/include/curl/curl.h ]]; then
-  echo "== installing cmake, g++ and libcurl4-openssl-dev (for rdkafka)"
-  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q cmake g++ libcurl4-openssl-dev \
-    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q cmake g++ libcurl4-openssl-dev; }
-fi
+# Central's jars, run with the JDK).
 scripts/kafka.sh
 
 # The idle-connection test opens 10,000 sockets.

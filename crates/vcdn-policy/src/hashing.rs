@@ -26,6 +26,36 @@ pub fn ranking<S: AsRef<str>>(members: &[S], content: u64) -> Vec<usize> {
     idx
 }
 
+/// The bucket of `content` among `buckets` (a power of two): splitmix64's
+/// finaliser of the id, masked. The SRv6 dispatcher computes it in the
+/// kernel (`vcdn-srv6/bpf/dispatcher.bpf.c` has the same constants), where
+/// a rendezvous score per cache and per packet would cost too much.
+pub fn bucket(content: u64, buckets: usize) -> usize {
+    debug_assert!(buckets.is_power_of_two());
+    let mut x = content;
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    (x & (buckets as u64 - 1)) as usize
+}
+
+/// A table of `buckets` entries, each the rendezvous winner ([`pick`]) of
+/// its own number among `members`: content goes to
+/// `table[bucket(id, buckets)]`. Hashing is rendezvous at the grain of a
+/// bucket, so when a member leaves only its buckets move, as with
+/// [`pick`]; the same chunk may land on another member than [`pick`]
+/// gives it directly. Empty when there are no members.
+pub fn bucket_table<S: AsRef<str>>(members: &[S], buckets: usize) -> Vec<usize> {
+    if members.is_empty() {
+        return Vec::new();
+    }
+    (0..buckets as u64)
+        .map(|b| pick(members, b).unwrap_or(0))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +105,37 @@ mod tests {
         let none: Vec<&str> = vec![];
         assert_eq!(pick(&none, 1), None);
         assert!(ranking::<&str>(&[], 1).is_empty());
+    }
+
+    #[test]
+    fn bucket_tables_spread_evenly_and_move_only_a_leaving_members_buckets() {
+        // The kernel's copy of the mixer must give the same buckets.
+        assert_eq!(bucket(0, 1024), 0);
+        assert_eq!(bucket(1, 1 << 20), 0x5692161d100b05e5 & 0xfffff);
+        let m = members(4);
+        let t = bucket_table(&m, 1024);
+        let mut counts = [0usize; 4];
+        for &i in &t {
+            counts[i] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (200..312).contains(&c)),
+            "{counts:?}"
+        );
+        let fewer: Vec<String> = m
+            .iter()
+            .filter(|s| !s.ends_with(".3:8080"))
+            .cloned()
+            .collect();
+        let t2 = bucket_table(&fewer, 1024);
+        for b in 0..1024 {
+            if m[t[b]] != fewer[t2[b]] {
+                assert!(
+                    m[t[b]].ends_with(".3:8080"),
+                    "bucket {b} moved off a live member"
+                );
+            }
+        }
+        assert!(bucket_table::<&str>(&[], 8).is_empty());
     }
 }

@@ -133,6 +133,23 @@ pub struct Popularity {
     pub requests: u64,
 }
 
+/// The size of the LRU filter in front of one of `caches` caches that share
+/// a stream by consistent hashing, from what the estimator believes: each
+/// cache sees a Zipf stream with the same α over about N/k objects, so its
+/// filter gets δ1*(α, δ2 = C2·k/N)·N/k identifiers (the paper's optimum,
+/// `vcdn_model::filter::filter_capacity`). The router's HTTP filters and
+/// the SRv6 agents' kernel filters are both sized by this rule.
+pub fn filter_size(pop: &Popularity, caches: usize, cache_objects: u64) -> usize {
+    let share = (pop.catalogue / caches.max(1) as f64).max(1.0);
+    vcdn_model::filter::filter_capacity(pop.alpha, share, cache_objects as f64)
+}
+
+/// Whether a filter of `now` identifiers should become `size`: estimates
+/// jitter, so changes under 5 % are ignored.
+pub fn worth_resizing(now: usize, size: usize) -> bool {
+    (size as f64 - now as f64).abs() > 0.05 * now as f64
+}
+
 /// Estimates α and N online from identifiers.
 #[derive(Debug, Clone)]
 pub struct PopularityEstimator {

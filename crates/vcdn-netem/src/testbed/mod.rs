@@ -28,7 +28,7 @@ mod spec;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,6 +56,8 @@ pub struct Testbed {
     /// Namespace names of the nodes created so far.
     namespaces: Vec<String>,
     ns_files: Vec<Arc<File>>,
+    /// Each node's TUN device name.
+    devices: Vec<String>,
     shared: Arc<Shared>,
     forwarder: Option<Forwarder>,
 }
@@ -100,6 +102,7 @@ impl Testbed {
             spec,
             namespaces: Vec::new(),
             ns_files: Vec::new(),
+            devices: Vec::new(),
             shared,
             forwarder: None,
         };
@@ -111,43 +114,63 @@ impl Testbed {
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
         let mut tuns = Vec::with_capacity(n);
         let mut addrs = HashMap::new();
+        let mut addrs6: HashMap<u64, usize> = tb.spec.owned().iter().copied().collect();
         for i in 0..n {
             let ns = format!("{}{}-{seq}-{i}", netns::PREFIX, std::process::id());
             netns::ip(["netns", "add", &ns], None)?;
             tb.namespaces.push(ns.clone());
             tb.ns_files.push(Arc::new(netns::open(&ns)?));
             let (tun, dev) = netns::open_tun()?;
+            tb.devices.push(dev.clone());
             tuns.push(tun);
             netns::ip(["link", "set", "dev", &dev, "netns", &ns], None)?;
-            let addr = node_addr(i);
-            addrs.insert(u32::from(addr), i);
+            let ipv6 = tb.spec.is_ipv6();
             // txqueuelen: the device ring the forwarder reads from; large,
             // so a sender's burst waits in it rather than being dropped
             // before the emulated link's own queue sees it.
-            let batch = format!(
-                "link set dev lo up\n\
-                 link set dev {dev} mtu {MTU} txqueuelen 10000 up\n\
-                 addr add {addr}/32 dev {dev}\n\
-                 route add {NETWORK}/16 dev {dev} src {addr}\n"
+            // IPv6: no link-local address on the TUN (nothing needs
+            // neighbour discovery on it), so a node that forwards a packet
+            // back out of its only device sends no ICMPv6 redirect.
+            let mut batch = format!(
+                "link set dev lo up\n{}link set dev {dev} mtu {MTU} txqueuelen 10000 up\n",
+                if ipv6 {
+                    format!("link set dev {dev} addrgenmode none\n")
+                } else {
+                    String::new()
+                }
             );
-            netns::ip(["-n", &ns, "-batch", "-"], Some(&batch))?;
+            if ipv6 {
+                let addr = node_addr6(i);
+                addrs6.insert((u128::from(addr) >> 64) as u64, i);
+                batch += &format!("addr add {addr}/64 dev {dev} nodad\nroute add ::/0 dev {dev}\n");
+            } else {
+                let addr = node_addr(i);
+                addrs.insert(u32::from(addr), i);
+                batch += &format!(
+                    "addr add {addr}/32 dev {dev}\nroute add {NETWORK}/16 dev {dev} src {addr}\n"
+                );
+            }
             let keep = tb.spec.keeps_window(i);
-            match tb.run_in_index(i, move || configure_tcp(keep))? {
+            match tb.run_in_index(i, move || configure_tcp(keep, ipv6))? {
                 Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
                     // Only the initial namespace may default to an
                     // algorithm outside the allowed list: allow cubic
                     // (from this thread, still in the initial namespace).
                     allow_cubic()?;
-                    tb.run_in_index(i, move || configure_tcp(keep))??;
+                    tb.run_in_index(i, move || configure_tcp(keep, ipv6))??;
                 }
                 r => r?,
             }
+            netns::ip(["-n", &ns, "-batch", "-"], Some(&batch))?;
         }
         tb.forwarder = Some(Forwarder::spawn(
             "vcdn-testbed-fwd",
             tb.shared.clone(),
             tuns,
-            ByAddress(addrs),
+            ByAddress {
+                v4: addrs,
+                v6: addrs6,
+            },
         )?);
         Ok(tb)
     }
@@ -166,6 +189,17 @@ impl Testbed {
     /// `node`'s address (reachable from every other node).
     pub fn addr(&self, node: &str) -> io::Result<Ipv4Addr> {
         Ok(node_addr(self.spec.need(node)?))
+    }
+
+    /// `node`'s IPv6 address in an IPv6 bed: `fd77:0:0:<i+1>::1`; the
+    /// whole /64 is the node's.
+    pub fn addr6(&self, node: &str) -> io::Result<Ipv6Addr> {
+        Ok(node_addr6(self.spec.need(node)?))
+    }
+
+    /// The name of `node`'s TUN device (in its namespace).
+    pub fn device(&self, node: &str) -> io::Result<String> {
+        Ok(self.devices[self.spec.need(node)?].clone())
     }
 
     /// The name of `node`'s namespace (for `ip netns exec NAME …`).
@@ -276,21 +310,31 @@ impl Drop for Testbed {
     }
 }
 
+/// Node i's IPv6 address: `fd77:0:0:<i+1>::1`.
+fn node_addr6(i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd77, 0, 0, i as u16 + 1, 0, 0, 0, 1)
+}
+
 /// Node i's address: `10.77.0.0 + i + 1`.
 fn node_addr(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(NETWORK) + i as u32 + 1)
 }
 
 /// The TCP settings of a node (run inside its namespace): cubic, no saved
-/// metrics, optionally no slow start after idle, IPv6 off. Cubic fails
-/// with `PermissionDenied` until [`allow_cubic`].
-fn configure_tcp(keep_window: bool) -> io::Result<()> {
+/// metrics, optionally no slow start after idle, IPv6 off unless the bed
+/// is IPv6 only (then it forwards). Cubic fails with `PermissionDenied`
+/// until [`allow_cubic`].
+fn configure_tcp(keep_window: bool, ipv6: bool) -> io::Result<()> {
     netns::sysctl("net.ipv4.tcp_congestion_control", "cubic")?;
     netns::sysctl("net.ipv4.tcp_no_metrics_save", "1")?;
     netns::sysctl(
         "net.ipv4.tcp_slow_start_after_idle",
         if keep_window { "0" } else { "1" },
     )?;
+    if ipv6 {
+        netns::sysctl("net.ipv6.conf.all.forwarding", "1")?;
+        return Ok(());
+    }
     for k in [
         "net.ipv6.conf.all.disable_ipv6",
         "net.ipv6.conf.default.disable_ipv6",
@@ -311,22 +355,32 @@ fn allow_cubic() -> io::Result<()> {
     std::fs::write(path, format!("{} cubic", now.trim()))
 }
 
-/// Routes an IP packet to the node that has its destination address.
-struct ByAddress(HashMap<u32, usize>);
+/// Routes an IP packet to the node that has its destination address
+/// (IPv4) or its destination's /64 (IPv6).
+struct ByAddress {
+    v4: HashMap<u32, usize>,
+    v6: HashMap<u64, usize>,
+}
 
 impl Router for ByAddress {
     fn route(&mut self, _from: usize, pkt: &[u8], to: &mut Vec<usize>) {
-        to.extend(destination(pkt, &self.0));
+        to.extend(destination(pkt, &self.v4, &self.v6));
     }
 }
 
-/// The node an IPv4 packet is addressed to.
-fn destination(pkt: &[u8], addrs: &HashMap<u32, usize>) -> Option<usize> {
-    if pkt.len() < 20 || pkt[0] >> 4 != 4 {
-        return None;
+/// The node an IP packet is addressed to.
+fn destination(pkt: &[u8], v4: &HashMap<u32, usize>, v6: &HashMap<u64, usize>) -> Option<usize> {
+    match pkt.first()? >> 4 {
+        4 if pkt.len() >= 20 => {
+            let dst = u32::from_be_bytes([pkt[16], pkt[17], pkt[18], pkt[19]]);
+            v4.get(&dst).copied()
+        }
+        6 if pkt.len() >= 40 => {
+            let dst = u64::from_be_bytes(pkt[24..32].try_into().ok()?);
+            v6.get(&dst).copied()
+        }
+        _ => None,
     }
-    let dst = u32::from_be_bytes([pkt[16], pkt[17], pkt[18], pkt[19]]);
-    addrs.get(&dst).copied()
 }
 
 #[cfg(test)]
@@ -339,9 +393,15 @@ mod tests {
         pkt[0] = 0x45;
         pkt[16..20].copy_from_slice(&[10, 77, 0, 2]);
         let addrs = HashMap::from([(u32::from_be_bytes([10, 77, 0, 2]), 1usize)]);
-        assert_eq!(destination(&pkt, &addrs), Some(1));
+        let v6 = HashMap::from([(0xfd77_0000_0000_0003u64, 2usize)]);
+        assert_eq!(destination(&pkt, &addrs, &v6), Some(1));
         pkt[0] = 0x60;
-        assert_eq!(destination(&pkt, &addrs), None);
-        assert_eq!(destination(&pkt[..10], &addrs), None);
+        assert_eq!(destination(&pkt, &addrs, &v6), None);
+        assert_eq!(destination(&pkt[..10], &addrs, &v6), None);
+        let mut p6 = [0u8; 40];
+        p6[0] = 0x60;
+        p6[24..32].copy_from_slice(&0xfd77_0000_0000_0003u64.to_be_bytes());
+        assert_eq!(destination(&p6, &addrs, &v6), Some(2));
+        assert_eq!(destination(&p6[..39], &addrs, &v6), None);
     }
 }

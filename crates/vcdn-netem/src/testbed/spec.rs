@@ -27,6 +27,11 @@ pub struct TestbedSpec {
     /// Nodes whose TCP keeps its window over idle periods
     /// (`net.ipv4.tcp_slow_start_after_idle=0`), as warm proxy connections need.
     keep_window: Vec<bool>,
+    /// IPv6 only ([`Self::ipv6`]).
+    ipv6: bool,
+    /// Extra /64s (upper 64 bits) a node owns: the forwarder delivers
+    /// packets for them to it.
+    owned: Vec<(u64, usize)>,
 }
 
 /// The queue a link of `rate_bps` gets unless told: 100 ms of its rate, at
@@ -63,6 +68,8 @@ impl TestbedSpec {
             rate_bps: vec![None; n * n],
             queue_bytes: vec![None; n * n],
             keep_window: vec![false; n],
+            ipv6: false,
+            owned: Vec::new(),
         })
     }
 
@@ -193,6 +200,37 @@ impl TestbedSpec {
         let i = self.need(node)?;
         self.keep_window[i] = true;
         Ok(self)
+    }
+
+    /// IPv6 only: node i gets `fd77:0:0:<i+1>::1/64` (the /64 is its own)
+    /// and no IPv4 address; every namespace routes `::/0` to the forwarder,
+    /// which delivers by the destination's /64.
+    pub fn ipv6(mut self) -> Self {
+        self.ipv6 = true;
+        self
+    }
+
+    /// Whether the bed is IPv6 only.
+    pub fn is_ipv6(&self) -> bool {
+        self.ipv6
+    }
+
+    /// Gives `node` the /64 of `prefix` too (IPv6 beds): packets for any
+    /// address in it go to `node`, which decides what to do with them (an
+    /// anycast content prefix, SIDs).
+    pub fn owns(mut self, node: &str, prefix: std::net::Ipv6Addr) -> io::Result<Self> {
+        let i = self.need(node)?;
+        let p = (u128::from(prefix) >> 64) as u64;
+        if self.owned.iter().any(|&(q, _)| q == p) {
+            return Err(invalid(format!("{prefix}/64 is owned twice")));
+        }
+        self.owned.push((p, i));
+        Ok(self)
+    }
+
+    /// The extra /64s and their owners.
+    pub fn owned(&self) -> &[(u64, usize)] {
+        &self.owned
     }
 
     /// The node names, in index order.
