@@ -110,6 +110,7 @@ fn endpoint(i: &Instance) -> Option<CacheEndpoint> {
         admin: i.admin.parse().ok(),
         admin_https: i.admin_https,
         max_connections: None,
+        sid: None,
     })
 }
 
@@ -167,6 +168,7 @@ pub fn router_service(s: &Service) -> ServiceConfig {
         admission: Default::default(),
         template: None,
         accel,
+        srv6: None,
     }
 }
 

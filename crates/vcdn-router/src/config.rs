@@ -43,6 +43,52 @@ pub struct RouterConfig {
     /// estimates.
     #[serde(default = "default_sizing_ms")]
     pub sizing_interval_ms: u64,
+    /// Be the SRv6 dispatcher of the services that have a chunk prefix
+    /// (`ServiceConfig::srv6`): see `dataplane`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srv6: Option<Srv6Config>,
+}
+
+/// The router as an SRv6 dispatcher (the content-aware data-plane paper's
+/// in-network server selection): it must be on the clients' path to the
+/// services' chunk prefixes, and run as root.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Srv6Config {
+    /// The dispatcher's SID: accepting servers steer their SYN-ACK to it,
+    /// and it is the source of the encapsulations.
+    pub sid: std::net::Ipv6Addr,
+    /// The device encapsulated packets leave by.
+    pub device: String,
+    /// Candidates are this region's caches (the dispatcher sits in its
+    /// PoP); without it, every region's.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Learnt connections held at most (the oldest go first).
+    #[serde(default = "default_srv6_flows")]
+    pub flows: u32,
+    /// A learnt connection idle this long is forgotten.
+    #[serde(default = "default_srv6_idle_s")]
+    pub idle_s: u64,
+}
+
+fn default_srv6_flows() -> u32 {
+    65_536
+}
+
+fn default_srv6_idle_s() -> u64 {
+    40
+}
+
+/// A service's chunk addresses (`vcdn name`): connections to its /64 are
+/// dispatched in the network layer when the router is a dispatcher.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSrv6 {
+    /// The /64 of the service's chunk addresses (the last 64 bits zero).
+    pub prefix: std::net::Ipv6Addr,
+    /// The origin host's SID (its agent accepts every connection).
+    pub origin_sid: std::net::Ipv6Addr,
 }
 
 fn default_sizing_ms() -> u64 {
@@ -158,6 +204,9 @@ pub struct ServiceConfig {
     /// region's ingress proxy instead of a cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accel: Option<AccelConfig>,
+    /// Chunk addresses routed with SRv6 (caches need a `sid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srv6: Option<ServiceSrv6>,
 }
 
 /// A service's acceleration entry point. The router serves it like a
@@ -200,6 +249,9 @@ pub struct CacheEndpoint {
     /// below again).
     #[serde(default)]
     pub max_connections: Option<u64>,
+    /// The SID of the cache host's SRv6 agent (for services with `srv6`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sid: Option<std::net::Ipv6Addr>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -252,6 +304,7 @@ impl Default for RouterConfig {
             geoip: None,
             services: Vec::new(),
             sizing_interval_ms: default_sizing_ms(),
+            srv6: None,
         }
     }
 }
@@ -328,6 +381,17 @@ impl RouterConfig {
                 }
             }
         }
+        if let Some(v) = &self.srv6 {
+            if v.device.is_empty() || v.flows == 0 || v.idle_s == 0 {
+                return bad("srv6: give a device, and positive flows and idle_s".into());
+            }
+            let mut prefixes = HashSet::new();
+            for s in self.services.iter().filter_map(|s| s.srv6.as_ref()) {
+                if !prefixes.insert(s.prefix) {
+                    return bad(format!("srv6.prefix {} is used by two services", s.prefix));
+                }
+            }
+        }
         if let Some(d) = &self.default_region {
             let known = regions.contains(d.as_str())
                 || self
@@ -396,6 +460,14 @@ impl ServiceConfig {
                 if !seen.insert(&r.region) {
                     return bad(format!("accel: region '{}' listed twice", r.region));
                 }
+            }
+        }
+        if let Some(v) = &self.srv6 {
+            if u128::from(v.prefix) as u64 != 0 {
+                return bad(format!(
+                    "srv6.prefix: {} is not a /64 (its last 64 bits must be zero)",
+                    v.prefix
+                ));
             }
         }
         Ok(())

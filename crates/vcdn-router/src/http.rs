@@ -142,6 +142,7 @@ mod tests {
                 address: addr.parse().unwrap(),
                 admin: None,
                 max_connections: None,
+                sid: None,
             }],
         }
     }
@@ -179,6 +180,7 @@ mod tests {
                         region("lyon", "127.11.0.2:8080"),
                     ],
                 }),
+                srv6: None,
             }],
             ..Default::default()
         })

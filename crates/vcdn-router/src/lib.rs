@@ -15,6 +15,7 @@
 pub mod admin;
 pub mod config;
 pub mod coverage;
+pub mod dataplane;
 pub mod dns;
 pub mod geo;
 pub mod health;
@@ -67,7 +68,12 @@ pub async fn start(
     let threads = cfg.dns.threads;
     let health = cfg.health.clone();
     let sizing = Duration::from_millis(cfg.sizing_interval_ms);
+    let srv6 = cfg.srv6.clone();
     let router = Router::new(cfg).map_err(|e| e.to_string())?;
+    if let Some(v) = srv6 {
+        let dp = dataplane::DataPlane::start(v)?;
+        let _ = router.dataplane.set(dp);
+    }
     let token: Arc<str> = match &opts.admin_token {
         Some(t) if !t.is_empty() => {
             vcdn_http::auth::check_token_strength("--admin-token", t)?;
@@ -142,6 +148,9 @@ pub async fn start(
     )?;
     tokio::spawn(health::run(router.clone(), health, admin_client));
     tokio::spawn(sizing::run(router.clone(), sizing));
+    if let Some(dp) = router.dataplane.get() {
+        tokio::spawn(dataplane::run(router.clone(), dp.clone()));
+    }
     Ok((router, listening))
 }
 

@@ -227,6 +227,25 @@ pub fn render(router: &Router) -> String {
     let _ = writeln!(o, "# HELP vcdn_router_filter_capacity LRU filter size (C1) and current entries; estimated Zipf alpha and catalogue size.");
     let _ = writeln!(o, "# TYPE vcdn_router_filter_capacity gauge");
     o.push_str(&sizes);
+    if let Some((st, flows, capacity)) = router.dataplane.get().and_then(|d| d.stats()) {
+        for (name, help, v) in st.fields() {
+            let _ = writeln!(
+                o,
+                "# HELP vcdn_router_srv6_{name}_total SRv6 dispatcher: {help}."
+            );
+            let _ = writeln!(o, "# TYPE vcdn_router_srv6_{name}_total counter");
+            let _ = writeln!(o, "vcdn_router_srv6_{name}_total {v}");
+        }
+        let _ = writeln!(
+            o,
+            "# HELP vcdn_router_srv6_flows Learnt connections held by the SRv6 dispatcher."
+        );
+        let _ = writeln!(o, "# TYPE vcdn_router_srv6_flows gauge");
+        let _ = writeln!(o, "vcdn_router_srv6_flows {flows}");
+        let _ = writeln!(o, "# HELP vcdn_router_srv6_flow_capacity Learnt connections the SRv6 dispatcher holds at most.");
+        let _ = writeln!(o, "# TYPE vcdn_router_srv6_flow_capacity gauge");
+        let _ = writeln!(o, "vcdn_router_srv6_flow_capacity {capacity}");
+    }
     o
 }
 

@@ -187,6 +187,8 @@ pub struct Router {
     estimators: Mutex<HashMap<String, Arc<Mutex<PopularityEstimator>>>>,
     geoip: Option<Arc<GeoIp>>,
     pub metrics: Metrics,
+    /// The SRv6 dispatcher, when the configuration asks for one.
+    pub dataplane: std::sync::OnceLock<Arc<crate::dataplane::DataPlane>>,
 }
 
 impl Router {
@@ -204,6 +206,7 @@ impl Router {
             filters: Mutex::new(HashMap::new()),
             estimators: Mutex::new(HashMap::new()),
             geoip,
+            dataplane: std::sync::OnceLock::new(),
             metrics: Metrics::default(),
         });
         router.apply(config)?;
@@ -329,6 +332,7 @@ impl Router {
                         },
                         template: None,
                         accel: None,
+                        srv6: None,
                     },
                     true,
                 ));

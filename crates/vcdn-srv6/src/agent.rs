@@ -7,7 +7,7 @@
 //! HTTP filters do.
 
 use std::net::Ipv6Addr;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, Object, RingBuffer, RingB
 use vcdn_policy::popularity::{self, PopularityEstimator};
 
 use crate::dispatcher::sum_counters;
-use crate::loader::{self, Error, PinDir};
+use crate::loader::{self, Error};
 
 #[cfg(vcdn_bpf)]
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/agent.bpf.o"));
@@ -151,7 +151,6 @@ impl AgentStats {
 /// A loaded agent. Dropping it unpins the programs.
 pub struct Agent {
     obj: Object,
-    pins: PinDir,
     config: MapHandle,
     prefixes: MapHandle,
     dispatchers: MapHandle,
@@ -187,13 +186,6 @@ impl Agent {
                 .ok_or_else(|| Error::map("conns", "not in the object"))?;
             m.set_max_entries(conns).map_err(|e| Error::map("conns", e))
         })?;
-        let pins = PinDir::create("agent")?;
-        for mut p in obj.progs_mut() {
-            let name = p.name().to_string_lossy().to_string();
-            p.pin(pins.path(&name)).map_err(|e| {
-                Error::io(format!("pin {name}"), std::io::Error::other(e.to_string()))
-            })?;
-        }
         let agent = Agent {
             config: handle(&obj, "config")?,
             prefixes: handle(&obj, "prefixes")?,
@@ -202,7 +194,6 @@ impl Agent {
             stats: handle(&obj, "stats")?,
             conns: handle(&obj, "conns")?,
             obj,
-            pins,
             sid: cfg.sid,
             table: cfg.table,
             state: Mutex::new(FilterState {
@@ -214,14 +205,14 @@ impl Agent {
         Ok(agent)
     }
 
-    /// The pinned `agent` program (End.BPF on the host's SID).
-    pub fn agent_program(&self) -> PathBuf {
-        self.pins.path("agent")
+    /// Runs `f` with `agent` pinned (End.BPF on the host's SID): iproute2 attaches it by path.
+    pub fn agent_program<T>(&self, f: impl FnOnce(&Path) -> Result<T, Error>) -> Result<T, Error> {
+        loader::with_pinned(&self.obj, "agent", f)
     }
 
-    /// The pinned `steer_reply` program (lwt_xmit on the route to clients).
-    pub fn reply_program(&self) -> PathBuf {
-        self.pins.path("steer_reply")
+    /// Runs `f` with `steer_reply` pinned (lwt_xmit on the route to clients): iproute2 attaches it by path.
+    pub fn reply_program<T>(&self, f: impl FnOnce(&Path) -> Result<T, Error>) -> Result<T, Error> {
+        loader::with_pinned(&self.obj, "steer_reply", f)
     }
 
     pub fn sid(&self) -> Ipv6Addr {

@@ -6,12 +6,12 @@
 
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle, Object};
 
-use crate::loader::{self, Error, PinDir};
+use crate::loader::{self, Error};
 
 #[cfg(vcdn_bpf)]
 pub(crate) static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatcher.bpf.o"));
@@ -132,8 +132,7 @@ struct Service {
 /// A loaded dispatcher. Dropping it unpins the programs; routes that still
 /// name them keep them until the routes go.
 pub struct Dispatcher {
-    _obj: Object,
-    pins: PinDir,
+    obj: Object,
     services: MapHandle,
     buckets: MapHandle,
     servers: MapHandle,
@@ -175,24 +174,16 @@ impl Dispatcher {
                 .ok_or_else(|| Error::map("flows", "not in the object"))?;
             m.set_max_entries(flows).map_err(|e| Error::map("flows", e))
         })?;
-        let pins = PinDir::create("dispatcher")?;
-        for mut p in obj.progs_mut() {
-            let name = p.name().to_string_lossy().to_string();
-            p.pin(pins.path(&name)).map_err(|e| {
-                Error::io(format!("pin {name}"), std::io::Error::other(e.to_string()))
-            })?;
-        }
         let d = Dispatcher {
             services: handle(&obj, "services")?,
             buckets: handle(&obj, "buckets")?,
             servers: handle(&obj, "servers")?,
             flows: handle(&obj, "flows")?,
             stats: handle(&obj, "stats")?,
-            _obj: obj,
-            pins,
+            obj,
             by_prefix: HashMap::new(),
         };
-        let config = handle(&d._obj, "config")?;
+        let config = handle(&d.obj, "config")?;
         let mut v = Vec::with_capacity(16);
         v.extend((cfg.idle.as_nanos() as u64).to_ne_bytes());
         v.extend((cfg.closing.as_nanos() as u64).to_ne_bytes());
@@ -202,14 +193,17 @@ impl Dispatcher {
         Ok(d)
     }
 
-    /// The pinned `dispatch` program (lwt_in on the services' /64 routes).
-    pub fn dispatch_program(&self) -> PathBuf {
-        self.pins.path("dispatch")
+    /// Runs `f` with `dispatch` pinned (lwt_in on the services' /64 routes): iproute2 attaches it by path.
+    pub fn dispatch_program<T>(
+        &self,
+        f: impl FnOnce(&Path) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        loader::with_pinned(&self.obj, "dispatch", f)
     }
 
-    /// The pinned `learn` program (End.BPF on the dispatcher's SID).
-    pub fn learn_program(&self) -> PathBuf {
-        self.pins.path("learn")
+    /// Runs `f` with `learn` pinned (End.BPF on the dispatcher's SID): iproute2 attaches it by path.
+    pub fn learn_program<T>(&self, f: impl FnOnce(&Path) -> Result<T, Error>) -> Result<T, Error> {
+        loader::with_pinned(&self.obj, "learn", f)
     }
 
     /// Serves chunk addresses in `prefix`'s /64: candidates are the live

@@ -88,6 +88,7 @@ pub(crate) fn load(
         return Err(Error::NotBuilt);
     }
     let _one = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+    remove_stale();
     LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
     libbpf_rs::set_print(Some((PrintLevel::Info, keep_log)));
     let result = ObjectBuilder::default()
@@ -119,13 +120,39 @@ fn refused(what: &'static str, e: &libbpf_rs::Error) -> Error {
     }
 }
 
-/// A directory of pins, removed (with its pins) when dropped.
-pub(crate) struct PinDir {
+/// Pins `program` of `obj` in `dir` for as long as `f` runs (iproute2
+/// attaches programs by path), then unpins it: the route that names it
+/// keeps it loaded, and nothing is left in bpffs when the process dies.
+pub(crate) fn with_pinned<T>(
+    obj: &libbpf_rs::Object,
+    program: &str,
+    f: impl FnOnce(&Path) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut prog = obj
+        .progs_mut()
+        .find(|p| p.name() == program)
+        .ok_or_else(|| Error::map("programs", format!("no program {program}")))?;
+    let dir = PinDir::create(program)?;
+    let path = dir.path(program);
+    prog.pin(&path).map_err(|e| {
+        Error::io(
+            format!("pin {program}"),
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
+    let r = f(&path);
+    let _ = prog.unpin(&path);
+    r
+}
+
+/// A directory of pins, removed (with its pins) when dropped; one a process
+/// that died left is removed by the next load.
+struct PinDir {
     path: PathBuf,
 }
 
 impl PinDir {
-    pub(crate) fn create(name: &str) -> Result<PinDir, Error> {
+    fn create(name: &str) -> Result<PinDir, Error> {
         mount_bpffs()?;
         remove_stale();
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
@@ -135,7 +162,7 @@ impl PinDir {
         Ok(PinDir { path })
     }
 
-    pub(crate) fn path(&self, name: &str) -> PathBuf {
+    fn path(&self, name: &str) -> PathBuf {
         self.path.join(name)
     }
 }

@@ -117,42 +117,49 @@ impl Drop for Routes {
     }
 }
 
-/// A dispatcher in `ns`: the services' /64s (`prefixes`) routed through
-/// `dispatch` out of `dev`, its SID through `learn`, encapsulations sent
-/// from its SID, forwarding on.
-pub fn dispatcher(
-    ns: &Netns,
-    d: &Dispatcher,
-    sid: Ipv6Addr,
-    prefixes: &[Ipv6Addr],
-    dev: &str,
-) -> Result<Routes, Error> {
+/// A dispatcher's own routes in `ns`: its SID through `learn` out of
+/// `dev`, encapsulations sent from its SID, forwarding on. Replaces what a
+/// dispatcher that died left.
+pub fn dispatcher(ns: &Netns, d: &Dispatcher, sid: Ipv6Addr, dev: &str) -> Result<Routes, Error> {
     ns.sysctl("net.ipv6.conf.all.forwarding", "1")?;
-    let (mut batch, mut undo) = (String::new(), String::new());
-    for p in prefixes {
-        batch += &format!(
-            "route add {p}/64 encap bpf in pinned {} dev {dev}\n",
-            d.dispatch_program().display()
-        );
-        undo += &format!("route del {p}/64 dev {dev}\n");
-    }
-    batch += &format!(
-        "route add {sid}/128 encap seg6local action End.BPF endpoint pinned {} dev {dev}\n\
-         sr tunsrc set {sid}\n",
-        d.learn_program().display()
-    );
-    undo += &format!("route del {sid}/128 dev {dev}\nsr tunsrc set ::\n");
-    ns.ip(&batch)?;
+    d.learn_program(|learn| {
+        ns.ip(&format!(
+            "route replace {sid}/128 encap seg6local action End.BPF endpoint pinned {} dev {dev}\n\
+             sr tunsrc set {sid}\n",
+            learn.display()
+        ))
+    })?;
     Ok(Routes {
         ns: ns.clone(),
-        undo,
+        undo: format!("route del {sid}/128 dev {dev}\nsr tunsrc set ::\n"),
+    })
+}
+
+/// A service's /64 (`prefix`) routed through the dispatcher's `dispatch`
+/// out of `dev`.
+pub fn dispatched_prefix(
+    ns: &Netns,
+    d: &Dispatcher,
+    prefix: Ipv6Addr,
+    dev: &str,
+) -> Result<Routes, Error> {
+    d.dispatch_program(|dispatch| {
+        ns.ip(&format!(
+            "route replace {prefix}/64 encap bpf in pinned {} dev {dev}\n",
+            dispatch.display()
+        ))
+    })?;
+    Ok(Routes {
+        ns: ns.clone(),
+        undo: format!("route del {prefix}/64 dev {dev}\n"),
     })
 }
 
 /// An agent in `ns`: its SID through `agent` out of `dev`; `clients` (a
 /// route's destination, e.g. `::/0`, with what else it needs: `via ADDR`)
-/// through `steer_reply` with the lowered MSS; the hairpin of table
-/// `agent.table` that delivers `prefixes` locally; forwarding on.
+/// through `steer_reply` with the lowered MSS; the hairpin of `table` that
+/// delivers `prefixes` locally; forwarding on. Replaces what an agent that
+/// died left.
 pub fn agent(
     ns: &Netns,
     a: &Agent,
@@ -168,6 +175,11 @@ pub fn agent(
         (table >> 8) & 0xff,
         table & 0xff
     );
+    // A hairpin left by an agent that died goes first (with its routes).
+    let _ = run(
+        ns.command("ip").args(["-force", "-batch", "-"]),
+        &format!("link del {out}\n"),
+    );
     let mut batch = format!(
         "link add {out} type veth peer name {back}\n\
          link set dev {back} address {mac}\n\
@@ -178,20 +190,24 @@ pub fn agent(
     let mut undo = format!("link del {out}\n");
     for p in prefixes {
         batch += &format!(
-            "route add local {p}/64 dev lo\n\
-             route add {p}/64 via fe80::1 dev {out} table {table}\n"
+            "route replace local {p}/64 dev lo\n\
+             route replace {p}/64 via fe80::1 dev {out} table {table}\n"
         );
         undo += &format!("route del local {p}/64 dev lo\n");
     }
     let sid = a.sid();
-    batch += &format!(
-        "route add {sid}/128 encap seg6local action End.BPF endpoint pinned {} dev {dev}\n\
-         route replace {clients} dev {dev} encap bpf xmit pinned {} headroom 80 advmss {ADVMSS}\n",
-        a.agent_program().display(),
-        a.reply_program().display()
-    );
+    a.agent_program(|agent| {
+        a.reply_program(|reply| {
+            batch += &format!(
+                "route replace {sid}/128 encap seg6local action End.BPF endpoint pinned {} dev {dev}\n\
+                 route replace {clients} dev {dev} encap bpf xmit pinned {} headroom 80 advmss {ADVMSS}\n",
+                agent.display(),
+                reply.display()
+            );
+            ns.ip(&batch)
+        })
+    })?;
     undo += &format!("route del {sid}/128 dev {dev}\nroute replace {clients} dev {dev}\n");
-    ns.ip(&batch)?;
     Ok(Routes {
         ns: ns.clone(),
         undo,

@@ -21,6 +21,7 @@ mod reactive_cmd;
 mod router_cmd;
 mod service_cmd;
 mod sim_cmd;
+mod srv6_cmd;
 mod telemetry_cmd;
 mod testbed_cmd;
 mod up_cmd;
@@ -68,6 +69,9 @@ enum Cmd {
     /// Simulate a country-scale elastic CDN (CDNSim): AS graph, live
     /// channels, on-demand caches with a boot time; prints QoE and loads.
     Sim(sim_cmd::SimCmd),
+    /// Run the SRv6 server agent of an edge or origin host: the LRU filter
+    /// in the kernel decides on each new connection to a chunk address.
+    Srv6Agent(srv6_cmd::Srv6AgentArgs),
     /// Run the demo origin (synthetic objects and streams).
     Origin {
         #[arg(long, default_value = "127.0.0.1:9000", env = "VCDN_ORIGIN_LISTEN")]
@@ -367,6 +371,7 @@ fn main() -> ExitCode {
             &video,
         ),
         Cmd::Router(a) => router_cmd::run(a),
+        Cmd::Srv6Agent(a) => srv6_cmd::run(a),
         Cmd::Netem(a) => netem_cmd::run(a),
         Cmd::Proxy(a) => proxy_cmd::run(a),
         Cmd::Agent(a) => telemetry_cmd::run(telemetry_cmd::agent(a)),

@@ -1,7 +1,8 @@
-//! The SRv6 data path (issue 21) on the kernel's own SRv6 and BPF: a
-//! client, the dispatcher, an edge (vcdn cache) and an origin (vcdn origin)
-//! each in an IPv6-only network namespace, 40 ms added on the origin's
-//! egress. Needs root.
+//! The SRv6 data path (issue 21) on the kernel's own SRv6 and BPF, as an
+//! operator runs it: a client, the dispatcher (`vcdn router` with `[srv6]`),
+//! an edge (`vcdn cache` and `vcdn srv6-agent`) and an origin (`vcdn origin`
+//! and `vcdn srv6-agent --filter none`), each in an IPv6-only network
+//! namespace, 40 ms added on the origin's egress. Needs root.
 
 use std::io::{Read, Write};
 use std::net::{Ipv6Addr, SocketAddr, TcpStream};
@@ -9,15 +10,13 @@ use std::time::{Duration, Instant};
 
 use support::bed::{start_in, InNode};
 use vcdn_netem::testbed::{Testbed, TestbedSpec};
-use vcdn_srv6::agent::{Agent, AgentConfig, Filter};
-use vcdn_srv6::dispatcher::{Dispatcher, DispatcherConfig};
-use vcdn_srv6::route::{self, Netns, Routes};
 
 mod support;
 
 /// The service's chunk /64 (`vcdn name`'s prefix).
 const CHUNKS: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 0);
-const TABLE: u32 = 100;
+/// Where every process serves /metrics in its node.
+const ADMIN: &str = "127.0.0.1:9464";
 
 fn chunk(id: u64) -> Ipv6Addr {
     Ipv6Addr::from(u128::from(CHUNKS) | id as u128)
@@ -29,16 +28,12 @@ fn sid(tb: &Testbed, node: &str) -> Ipv6Addr {
 }
 
 struct Plane {
-    // Routes go before the programs they name; the bed last.
-    _routes: Vec<Routes>,
-    dispatcher: Dispatcher,
-    edge: Agent,
-    origin: Agent,
-    _procs: Vec<InNode>,
+    /// Killed when dropped or by [`Plane::kill`].
+    procs: Vec<(&'static str, InNode)>,
     tb: Testbed,
 }
 
-fn plane(edge_filter: Filter) -> Plane {
+fn plane(edge_filter: &str, flows: u32) -> Plane {
     let mut spec = TestbedSpec::new(["client", "dispatcher", "edge", "origin"])
         .unwrap()
         .ipv6()
@@ -50,107 +45,148 @@ fn plane(edge_filter: Filter) -> Plane {
             .unwrap();
     }
     let tb = Testbed::start(spec).expect("the test bed starts (needs root)");
-    let ns = |n: &str| Netns::named(tb.namespace(n).unwrap());
     let (d_sid, e_sid, o_sid) = (sid(&tb, "dispatcher"), sid(&tb, "edge"), sid(&tb, "origin"));
-
-    let mut dispatcher =
-        Dispatcher::load(&DispatcherConfig::default()).unwrap_or_else(|e| panic!("{e}"));
-    dispatcher.set_service(CHUNKS, o_sid, &[e_sid]).unwrap();
-    let agent = |s: Ipv6Addr, filter: Filter| {
-        let a = Agent::load(&AgentConfig {
-            sid: s,
-            table: TABLE,
-            filter,
-            conns: 4096,
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-        a.serve_prefix(CHUNKS).unwrap();
-        a.trust_dispatcher(d_sid).unwrap();
-        a
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("vcdn-test-srv6-{}-{seq}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("router.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[health]\ninterval_ms = 100\ntimeout_ms = 200\n\
+             [srv6]\nsid = \"{d_sid}\"\ndevice = \"{}\"\nflows = {flows}\n\
+             [[services]]\nname = \"video\"\nhostname = \"video.example\"\n\
+             origin = \"http://[{}]:80\"\nsrv6 = {{ prefix = \"{CHUNKS}\", origin_sid = \"{o_sid}\" }}\n\
+             [[services.regions]]\nregion = \"pop\"\n\
+             caches = [{{ address = \"[{}]:80\", sid = \"{e_sid}\" }}]\n",
+            tb.device("dispatcher").unwrap(),
+            tb.addr6("origin").unwrap(),
+            tb.addr6("edge").unwrap(),
+        ),
+    )
+    .unwrap();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let agent = |node: &str, me: Ipv6Addr, filter: &str| {
+        let dev = tb.device(node).unwrap();
+        let (me, d) = (me.to_string(), d_sid.to_string());
+        let mut args = s(&[
+            "srv6-agent",
+            "--sid",
+            &me,
+            "--prefix",
+            "2001:db8:c::",
+            "--dispatcher",
+            &d,
+        ]);
+        args.extend(s(&["--device", &dev, "--filter", filter, "--admin", ADMIN]));
+        args.extend(s(&["--cache-objects", "50", "--sizing-interval-ms", "300"]));
+        start_in(&tb, node, &args)
     };
-    let (edge, origin) = (agent(e_sid, edge_filter), agent(o_sid, Filter::AcceptAll));
-    let routes = vec![
-        route::dispatcher(
-            &ns("dispatcher"),
-            &dispatcher,
-            d_sid,
-            &[CHUNKS],
-            &tb.device("dispatcher").unwrap(),
-        )
-        .unwrap(),
-        route::agent(
-            &ns("edge"),
-            &edge,
-            TABLE,
-            &[CHUNKS],
-            &tb.device("edge").unwrap(),
-            "::/0",
-        )
-        .unwrap(),
-        route::agent(
-            &ns("origin"),
-            &origin,
-            TABLE,
-            &[CHUNKS],
-            &tb.device("origin").unwrap(),
-            "::/0",
-        )
-        .unwrap(),
-    ];
-    let origin_proc = start_in(
-        &tb,
-        "origin",
-        &["origin".into(), "--listen".into(), "[::]:80".into()],
-    );
-    let upstream = format!("http://[{}]:80", tb.addr6("origin").unwrap());
-    let cache = start_in(
-        &tb,
-        "edge",
-        &[
+    let procs = vec![
+        (
+            "origin",
+            start_in(&tb, "origin", &s(&["origin", "--listen", "[::]:80"])),
+        ),
+        ("origin-agent", agent("origin", o_sid, "none")),
+        ("edge-agent", agent("edge", e_sid, edge_filter)),
+        (
             "cache",
-            "--listen",
-            "[::]:80",
-            "--upstream",
-            &upstream,
-            "--threads",
-            "1",
-        ]
-        .map(String::from),
-    );
-    Plane {
-        _routes: routes,
-        dispatcher,
-        edge,
-        origin,
-        _procs: vec![cache, origin_proc],
-        tb,
+            start_in(
+                &tb,
+                "edge",
+                &s(&[
+                    "cache",
+                    "--listen",
+                    "[::]:80",
+                    "--threads",
+                    "1",
+                    "--upstream",
+                ])
+                .into_iter()
+                .chain([format!("http://[{}]:80", tb.addr6("origin").unwrap())])
+                .collect::<Vec<_>>(),
+            ),
+        ),
+        (
+            "router",
+            start_in(
+                &tb,
+                "dispatcher",
+                &s(&[
+                    "router",
+                    "--no-dns",
+                    "--http",
+                    "127.0.0.1:0",
+                    "--admin",
+                    ADMIN,
+                    "--config",
+                ])
+                .into_iter()
+                .chain([config.to_string_lossy().into_owned()])
+                .collect::<Vec<_>>(),
+            ),
+        ),
+    ];
+    // The router routes the prefix once health checks find the edge.
+    let p = Plane { procs, tb };
+    let until = Instant::now() + Duration::from_secs(10);
+    while p
+        .metric("dispatcher", "vcdn_router_srv6_origin_only_total")
+        .is_none()
+    {
+        assert!(Instant::now() < until, "the router's SRv6 metrics appear");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    p
+}
+
+impl Plane {
+    /// A counter or gauge from the /metrics of the process of `node`.
+    fn metric(&self, node: &str, name: &str) -> Option<i64> {
+        let text = self
+            .tb
+            .run_in(node, || {
+                http_get(ADMIN.parse().unwrap(), "127.0.0.1", "/metrics").ok()
+            })
+            .unwrap()?;
+        let body = String::from_utf8_lossy(&text.1).into_owned();
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    fn kill(&mut self, name: &str) {
+        self.procs.retain(|(n, _)| *n != name);
     }
 }
 
-/// GETs `path` from `to` inside the client's namespace: (head, body).
+/// GET `path` from `to` on a fresh connection: (head, body).
+fn http_get(to: SocketAddr, host: &str, path: &str) -> std::io::Result<(String, Vec<u8>)> {
+    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(10))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("not an HTTP answer"))?;
+    Ok((
+        String::from_utf8_lossy(&raw[..split]).into_owned(),
+        raw[split + 4..].to_vec(),
+    ))
+}
+
+/// GETs `path` from `to` inside the client's namespace.
 fn get(tb: &Testbed, to: Ipv6Addr, path: &str) -> (String, Vec<u8>) {
     let path = path.to_string();
     tb.run_in("client", move || {
-        let to = SocketAddr::from((to, 80));
-        let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5))
-            .unwrap_or_else(|e| panic!("connect to {to}: {e}"));
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: video\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw)
-            .unwrap_or_else(|e| panic!("read {to}{path}: {e}"));
-        let split = raw
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .expect("an HTTP answer");
-        (
-            String::from_utf8_lossy(&raw[..split]).into_owned(),
-            raw[split + 4..].to_vec(),
-        )
+        http_get(SocketAddr::from((to, 80)), "video.example", &path)
+            .unwrap_or_else(|e| panic!("GET [{to}]{path}: {e}"))
     })
     .unwrap()
 }
@@ -166,7 +202,7 @@ fn x_cache(head: &str) -> Option<String> {
 
 #[test]
 fn a_popular_chunk_is_served_by_the_edge_and_an_unpopular_one_by_the_origin() {
-    let p = plane(Filter::Lru(100));
+    let p = plane("100", 65_536);
     let origin = p.tb.addr6("origin").unwrap();
     let (a, b) = ("/size/150000", "/size/90000");
     let (_, a_direct) = get(&p.tb, origin, a);
@@ -205,22 +241,289 @@ fn a_popular_chunk_is_served_by_the_edge_and_an_unpopular_one_by_the_origin() {
     assert_eq!(x_cache(&head), None, "{head}");
     assert!(body == b_direct);
 
-    let e = p.edge.stats().unwrap();
-    assert_eq!((e.accepted, e.rejected), (2, 2), "{e:?}");
-    assert_eq!(e.replies_steered, 2, "{e:?}");
-    let o = p.origin.stats().unwrap();
-    assert_eq!((o.last, o.replies_steered), (o.last.max(2), 2), "{o:?}");
-    let d = p.dispatcher.stats().unwrap();
-    assert_eq!((d.learnt, d.conflicts, d.malformed), (4, 0, 0), "{d:?}");
-    assert!(d.steered > 4, "{d:?}");
-    // Replies go straight to the client: only the four SYN-ACKs crossed
-    // the dispatcher.
-    let to_d = |n: &str| p.tb.link_stats(n, "dispatcher").unwrap().packets;
+    let m = |node, name| {
+        p.metric(node, name)
+            .unwrap_or_else(|| panic!("{name} in {node}'s /metrics"))
+    };
+    assert_eq!(m("edge", "vcdn_srv6_agent_accepted_total"), 2);
+    assert_eq!(m("edge", "vcdn_srv6_agent_rejected_total"), 2);
+    assert_eq!(m("edge", "vcdn_srv6_agent_replies_steered_total"), 2);
+    assert_eq!(m("edge", "vcdn_srv6_agent_filter_size"), 100);
+    assert_eq!(m("edge", "vcdn_srv6_agent_filter_entries"), 2);
+    assert_eq!(m("origin", "vcdn_srv6_agent_replies_steered_total"), 2);
+    assert_eq!(m("dispatcher", "vcdn_router_srv6_learnt_total"), 4);
+    assert_eq!(m("dispatcher", "vcdn_router_srv6_conflicts_total"), 0);
+    assert!(m("dispatcher", "vcdn_router_srv6_steered_total") > 4);
+    assert_eq!(m("dispatcher", "vcdn_router_srv6_flows"), 4);
+    // Replies go straight to the client: of the origin's, only its two
+    // SYN-ACKs crossed the dispatcher; of the edge's, its two and the
+    // answers to the router's health checks.
+    let link = |a: &str, b: &str| p.tb.link_stats(a, b).unwrap();
     assert_eq!(
-        to_d("edge") + to_d("origin"),
-        4,
-        "{d:?} {e:?} {o:?} {:?}",
+        link("origin", "dispatcher").packets,
+        2,
+        "{:?}",
         p.tb.stats()
     );
-    assert!(p.tb.link_stats("edge", "client").unwrap().bytes > 300_000);
+    assert!(link("origin", "client").bytes > 150_000 + 2 * 90_000);
+    assert!(
+        link("edge", "dispatcher").bytes < 20_000,
+        "{:?}",
+        p.tb.stats()
+    );
+    assert!(link("edge", "client").bytes > 300_000);
+}
+
+/// Raw IPv6 packets (own headers) sent from `node`, each to the address it
+/// is for.
+fn send_raw(tb: &Testbed, node: &str, packets: Vec<Vec<u8>>) {
+    tb.run_in(node, move || {
+        // SAFETY: plain socket calls on a descriptor this closure owns.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_RAW);
+            assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+            for (i, p) in packets.iter().enumerate() {
+                let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+                sa.sin6_family = libc::AF_INET6 as u16;
+                sa.sin6_addr.s6_addr.copy_from_slice(&p[24..40]);
+                let n = libc::sendto(
+                    fd,
+                    p.as_ptr().cast(),
+                    p.len(),
+                    0,
+                    (&sa as *const libc::sockaddr_in6).cast(),
+                    std::mem::size_of::<libc::sockaddr_in6>() as u32,
+                );
+                assert_eq!(
+                    n,
+                    p.len() as isize,
+                    "sendto: {}",
+                    std::io::Error::last_os_error()
+                );
+                // Paced: the TUN's queue holds 10,000 packets.
+                if i % 500 == 499 {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            libc::close(fd);
+        }
+    })
+    .unwrap();
+}
+
+fn ipv6(src: Ipv6Addr, dst: Ipv6Addr, next: u8, payload: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x60, 0, 0, 0];
+    p.extend((payload.len() as u16).to_be_bytes());
+    p.extend([next, 64]);
+    p.extend(src.octets());
+    p.extend(dst.octets());
+    p.extend(payload);
+    p
+}
+
+/// A TCP SYN to port 80, with its checksum.
+fn syn(src: Ipv6Addr, dst: Ipv6Addr, sport: u16) -> Vec<u8> {
+    let mut t = vec![0u8; 20];
+    t[0..2].copy_from_slice(&sport.to_be_bytes());
+    t[2..4].copy_from_slice(&80u16.to_be_bytes());
+    t[4..8].copy_from_slice(&(sport as u32 * 7919).to_be_bytes());
+    t[12] = 5 << 4;
+    t[13] = 0x02;
+    t[14..16].copy_from_slice(&64_240u16.to_be_bytes());
+    let mut sum: u32 = 0;
+    let mut add = |b: &[u8]| {
+        for c in b.chunks(2) {
+            sum += u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32;
+        }
+    };
+    add(&src.octets());
+    add(&dst.octets());
+    add(&[0, 0, 0, 20, 0, 0, 0, 6]);
+    add(&t);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    t[16..18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    ipv6(src, dst, 6, &t)
+}
+
+/// An SRv6 encapsulation of `inner` from `src` with segments (visit order)
+/// `segs`, the SRH's next header `next`.
+fn srv6(src: Ipv6Addr, segs: &[Ipv6Addr], next: u8, inner: &[u8]) -> Vec<u8> {
+    let n = segs.len() as u8;
+    let mut srh = vec![next, 2 * n, 4, n - 1, n - 1, 0, 0, 0];
+    for s in segs.iter().rev() {
+        srh.extend(s.octets());
+    }
+    srh.extend(inner);
+    ipv6(src, segs[0], 43, &srh)
+}
+
+/// Sources outside every node's /64: answers to them go nowhere.
+fn nowhere(i: u64) -> Ipv6Addr {
+    Ipv6Addr::from((0xfd77_0000_0000_0099u128 << 64) | (i as u128 + 1))
+}
+
+#[test]
+fn malformed_untrusted_and_unknown_packets_are_dropped_and_counted() {
+    let p = plane("100", 65_536);
+    let (d_sid, e_sid) = (sid(&p.tb, "dispatcher"), sid(&p.tb, "edge"));
+    // From the dispatcher's /64 (as a spoofer on the path could send).
+    let trusted = Ipv6Addr::from(u128::from(d_sid) | 0xbeef);
+    let client = p.tb.addr6("client").unwrap();
+    let inner = syn(client, chunk(5), 40_000);
+    let foreign = Ipv6Addr::new(0x2001, 0xdb8, 0xd, 0, 0, 0, 0, 1);
+    let mut udp = ipv6(client, chunk(5), 17, &[0x9c, 0x40, 0, 80, 0, 8, 0, 0]);
+    send_raw(
+        &p.tb,
+        "client",
+        vec![
+            // An SRH in inline mode (TCP after it), not vcdn's encapsulation.
+            srv6(trusted, &[e_sid, chunk(5)], 6, &inner[40..]),
+            // vcdn's encapsulation, but for a /64 the edge does not serve.
+            srv6(
+                trusted,
+                &[e_sid, foreign],
+                41,
+                &syn(client, foreign, 40_001),
+            ),
+            // From a source that is no dispatcher.
+            srv6(client, &[e_sid, chunk(5)], 41, &inner),
+            // UDP to a chunk address through the dispatcher.
+            udp.clone(),
+        ],
+    );
+    // UDP inside a well-formed encapsulation.
+    udp[24..40].copy_from_slice(&chunk(6).octets());
+    send_raw(
+        &p.tb,
+        "client",
+        vec![srv6(trusted, &[e_sid, chunk(6)], 41, &udp)],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let m = |node, name| {
+        p.metric(node, name)
+            .unwrap_or_else(|| panic!("{name} in {node}'s /metrics"))
+    };
+    assert_eq!(m("edge", "vcdn_srv6_agent_malformed_total"), 1);
+    assert_eq!(m("edge", "vcdn_srv6_agent_unknown_prefix_total"), 1);
+    assert_eq!(m("edge", "vcdn_srv6_agent_untrusted_total"), 1);
+    assert_eq!(m("edge", "vcdn_srv6_agent_not_tcp_total"), 1);
+    assert_eq!(
+        m("edge", "vcdn_srv6_agent_accepted_total") + m("edge", "vcdn_srv6_agent_rejected_total"),
+        0
+    );
+    assert_eq!(m("dispatcher", "vcdn_router_srv6_not_tcp_total"), 1);
+    // And the path still serves.
+    let (head, _) = get(&p.tb, chunk(9), "/size/1000");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+#[test]
+fn the_dispatchers_flow_table_stays_bounded_under_a_syn_flood() {
+    let p = plane("100", 256);
+    // 3,000 SYNs from sources nobody answers to: every one is accepted by
+    // the edge or the origin, whose SYN-ACK teaches the dispatcher a flow.
+    let packets = (0..3_000u64)
+        .map(|i| syn(nowhere(i), chunk(1_000 + i % 700), 1024 + i as u16))
+        .collect();
+    send_raw(&p.tb, "client", packets);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let m = |name| {
+        p.metric("dispatcher", name)
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    assert_eq!(m("vcdn_router_srv6_flow_capacity"), 256);
+    assert!(
+        m("vcdn_router_srv6_flows") <= 256,
+        "{}",
+        m("vcdn_router_srv6_flows")
+    );
+    assert!(
+        m("vcdn_router_srv6_learnt_total") >= 2_000,
+        "{}",
+        m("vcdn_router_srv6_learnt_total")
+    );
+    assert_eq!(m("vcdn_router_srv6_candidates_total"), 3_000);
+    // Nothing crashed, and a client still gets its chunk.
+    let (head, _) = get(&p.tb, chunk(1), "/size/1000");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+#[test]
+fn the_filter_sizes_itself_live_from_the_chunks_it_is_offered() {
+    let p = plane("auto", 65_536);
+    let size = || p.metric("edge", "vcdn_srv6_agent_filter_size").unwrap();
+    assert_eq!(size(), 100_000, "the initial size, before estimates");
+    // Zipf(0.9) over 2,000 chunks, 20,000 new connections (SYNs only).
+    let weights: Vec<f64> = (1..=2_000).map(|r| 1.0 / (r as f64).powf(0.9)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut cdf = Vec::with_capacity(weights.len());
+    let mut acc = 0.0;
+    for w in &weights {
+        acc += w / total;
+        cdf.push(acc);
+    }
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let packets = (0..20_000u64)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+            let rank = cdf.partition_point(|&c| c < u) as u64;
+            syn(nowhere(i), chunk(10_000 + rank), 1024 + (i % 60_000) as u16)
+        })
+        .collect();
+    send_raw(&p.tb, "client", packets);
+    // C2 = 50 of N ≈ 2,000 (δ2 = 0.025) at α = 0.9: δ1* ≈ 0.13, about 260.
+    let until = Instant::now() + Duration::from_secs(10);
+    while size() == 100_000 {
+        assert!(Instant::now() < until, "the filter was not resized");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let s = size();
+    assert!((130..=520).contains(&s), "resized to {s}");
+    assert!(p.metric("edge", "vcdn_srv6_agent_filter_entries").unwrap() <= s);
+    // Live: the path still serves, with no restart.
+    let (head, _) = get(&p.tb, chunk(10_000), "/size/1000");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+#[test]
+fn a_dead_edge_sends_new_connections_to_the_origin_after_one_retransmitted_syn() {
+    let mut p = plane("100", 65_536);
+    // Make chunk 7 popular at the edge.
+    get(&p.tb, chunk(7), "/size/20000");
+    let (head, _) = get(&p.tb, chunk(7), "/size/20000");
+    assert_eq!(x_cache(&head).as_deref(), Some("MISS"), "{head}");
+    // The edge host dies: its link goes down, its cache and agent with it.
+    let dev = p.tb.device("edge").unwrap();
+    let out =
+        p.tb.command("edge", "ip")
+            .unwrap()
+            .args(["link", "set", "dev", &dev, "down"])
+            .output()
+            .unwrap();
+    assert!(out.status.success());
+    p.kill("cache");
+    let before = p
+        .metric("dispatcher", "vcdn_router_srv6_origin_only_total")
+        .unwrap();
+    let t0 = Instant::now();
+    let (head, body) = get(&p.tb, chunk(7), "/size/20000");
+    let took = t0.elapsed();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(x_cache(&head), None, "the origin answered: {head}");
+    assert_eq!(body.len(), 20_000);
+    // The first SYN went to the dead edge; a retransmission found the origin.
+    assert!(
+        took > Duration::from_millis(900) && took < Duration::from_secs(7),
+        "{took:?}"
+    );
+    assert!(
+        p.metric("dispatcher", "vcdn_router_srv6_origin_only_total")
+            .unwrap()
+            > before
+    );
 }

@@ -57,7 +57,8 @@ pub fn start_in(tb: &impl Bed, node: &str, args: &[String]) -> InNode {
         let line = rx
             .recv_timeout(Duration::from_secs(10))
             .unwrap_or_else(|_| panic!("vcdn {args:?} in {node} prints where it listens"));
-        if line.contains("listening on") {
+        // Servers say "listening on"; the router says where its admin is.
+        if line.contains("listening on") || line.contains("admin on") {
             return p;
         }
     }
