@@ -7,7 +7,8 @@
 //!   `cdn_cc=VALUE` (CDN-Cache-Control), `vary=FIELD`, `delay_ms=M`
 //!   (before the head), `chunked=1` (no Content-Length), `rate=BPS`
 //!   (throttled body), `fail_after=K` (cut the connection after K bytes),
-//!   `etag=TAG`.
+//!   `etag=TAG`. `GET /size/N/NAME`: the same, one object per NAME (a
+//!   catalogue of equal-sized chunks, each its own cache key and content id).
 //! - `GET /stream?chunks=K&interval_ms=M&size=B`: a chunked stream of K
 //!   pieces of B bytes every M ms (K=0: endless, a live stream).
 //! - `POST|PUT|DELETE /echo`: echoes the body, `no-store`; the same
@@ -270,9 +271,22 @@ async fn route(origin: &Origin, req: Request) -> Response {
             Response::new(200, "application/json", format!("{{{}}}\n", body.join(",")))
         }
         (Method::Get | Method::Head, p) if p.starts_with("/size/") => {
-            match p[6..].parse::<u64>() {
-                Ok(n) if n <= MAX_SIZE => sized(origin, &req, &q, n),
-                _ => Response::problem(404, "use /size/N with N a number of bytes up to 16 GiB"),
+            let (n, name) = p[6..].split_once('/').unwrap_or((&p[6..], ""));
+            match n.parse::<u64>() {
+                Ok(n)
+                    if n <= MAX_SIZE
+                        && name.len() <= 128
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) =>
+                {
+                    sized(origin, &req, &q, n, name)
+                }
+                _ => Response::problem(
+                    404,
+                    "use /size/N or /size/N/NAME with N a number of bytes up to 16 GiB and \
+                     NAME up to 128 letters, digits, '.', '_' or '-'",
+                ),
             }
         }
         (Method::Get, "/stream") => stream(&q),
@@ -316,13 +330,23 @@ async fn route(origin: &Origin, req: Request) -> Response {
     }
 }
 
-fn sized(origin: &Origin, req: &Request, q: &HashMap<String, String>, n: u64) -> Response {
+fn sized(
+    origin: &Origin,
+    req: &Request,
+    q: &HashMap<String, String>,
+    n: u64,
+    name: &str,
+) -> Response {
     let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
     let etag = format!(
         "\"{}\"",
         q.get("etag")
             .cloned()
-            .unwrap_or_else(|| format!("size-{n}"))
+            .unwrap_or_else(|| if name.is_empty() {
+                format!("size-{n}")
+            } else {
+                format!("size-{n}-{name}")
+            })
     );
     let cc = q
         .get("cc")

@@ -17,6 +17,7 @@
 
 pub mod browser;
 pub mod calibrate;
+pub mod chunks;
 mod closed;
 pub mod conn;
 pub mod load;
@@ -230,6 +231,8 @@ pub enum PlayerError {
     Manifest(String),
     #[error("calibration: {0}")]
     Calibration(String),
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// Counters the progress line reads.

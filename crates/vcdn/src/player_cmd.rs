@@ -8,8 +8,9 @@ use vcdn_player::{Mode, PlayerOptions, Quality};
 
 #[derive(Args)]
 pub struct PlayerArgs {
-    /// The MPD, http://host:port/path/manifest.mpd
-    #[arg(long)]
+    /// The MPD, http://host:port/path/manifest.mpd (with --chunks: the
+    /// base URL, http://address:port; not needed with --chunk-prefix).
+    #[arg(long, required_unless_present = "chunk_prefix", default_value = "")]
     url: String,
     /// More servers of the same content, http://host:port (repeat):
     /// sessions are spread evenly over --url and these.
@@ -71,6 +72,35 @@ pub struct PlayerArgs {
     /// player gives up on a segment too; a deliberately slow origin needs more).
     #[arg(long, default_value_t = 10.0)]
     request_timeout: f64,
+    /// Chunk catalogue load (the content-aware data-plane paper's query
+    /// generator): --clients clients each fetch a Zipf(--zipf) chunk of a
+    /// --catalogue on a new connection, again and again; from --url (a
+    /// router or cache base, http://host:port) or, with --chunk-prefix,
+    /// from each chunk's own IPv6 address.
+    #[arg(long, conflicts_with = "http")]
+    chunks: bool,
+    /// The service's chunk /64 (SRv6 addressing: prefix | content id).
+    #[arg(long, requires = "chunks")]
+    chunk_prefix: Option<std::net::Ipv6Addr>,
+    /// The port chunk addresses serve on.
+    #[arg(long, default_value_t = 80, requires = "chunk_prefix")]
+    chunk_port: u16,
+    #[arg(long, default_value_t = 10_000, requires = "chunks")]
+    catalogue: u64,
+    #[arg(long, default_value_t = 0.9, requires = "chunks")]
+    zipf: f64,
+    /// Bytes of every chunk (/size/BYTES/cK at the demo origin).
+    #[arg(long, default_value_t = 112_500, requires = "chunks")]
+    object_bytes: u64,
+    #[arg(long, default_value_t = 10, requires = "chunks")]
+    clients: usize,
+    /// Requests measured, after --warmup requests not measured.
+    #[arg(long, default_value_t = 10_000, requires = "chunks")]
+    requests: u64,
+    #[arg(long, default_value_t = 0, requires = "chunks")]
+    warmup: u64,
+    #[arg(long, default_value_t = 1, requires = "chunks")]
+    seed: u64,
     /// HTTP load: total requests per second (open loop); without it each
     /// connection sends back to back (closed loop).
     #[arg(long, requires = "http")]
@@ -121,6 +151,49 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
+    if a.chunks {
+        if !(a.zipf.is_finite() && a.zipf > 0.0 && a.zipf <= 5.0)
+            || a.object_bytes == 0
+            || a.clients > 100_000
+        {
+            return Err(
+                "give a --zipf in (0, 5], positive --object-bytes and at most 100,000 --clients"
+                    .into(),
+            );
+        }
+        let target = match a.chunk_prefix {
+            Some(prefix) => vcdn_player::chunks::ChunkTarget::Srv6 {
+                prefix,
+                port: a.chunk_port,
+            },
+            None => {
+                let base = a.url.trim_start_matches("http://").trim_end_matches('/');
+                vcdn_player::chunks::ChunkTarget::Http {
+                    base: base
+                        .parse()
+                        .map_err(|_| format!("--url {}: give http://ADDRESS:PORT", a.url))?,
+                }
+            }
+        };
+        let opts = vcdn_player::chunks::ChunkLoadOptions {
+            target,
+            catalogue: a.catalogue,
+            alpha: a.zipf,
+            object_bytes: a.object_bytes,
+            clients: a.clients,
+            requests: a.requests,
+            warmup: a.warmup,
+            max_duration: Duration::from_secs_f64(a.duration),
+            seed: a.seed,
+            timeout: request_timeout,
+            progress: !a.quiet,
+        };
+        let report = rt
+            .block_on(vcdn_player::chunks::run(opts))
+            .map_err(|e| e.to_string())?;
+        say(&serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        return write_report(a.report.as_deref(), &report);
+    }
     if a.http {
         if a.connections == 0
             || a.connections > 100_000

@@ -527,3 +527,62 @@ fn a_dead_edge_sends_new_connections_to_the_origin_after_one_retransmitted_syn()
             > before
     );
 }
+
+#[test]
+fn the_chunk_load_generator_reports_who_served_each_chunk() {
+    let p = plane("100", 65_536);
+    let report =
+        std::env::temp_dir().join(format!("vcdn-test-srv6-chunks-{}.json", std::process::id()));
+    let out =
+        p.tb.command("client", env!("CARGO_BIN_EXE_vcdn"))
+            .unwrap()
+            .args([
+                "player",
+                "--chunks",
+                "--chunk-prefix",
+                "2001:db8:c::",
+                "--catalogue",
+                "200",
+            ])
+            .args([
+                "--zipf",
+                "1.0",
+                "--object-bytes",
+                "20000",
+                "--clients",
+                "8",
+                "--requests",
+                "400",
+            ])
+            .args(["--warmup", "100", "--duration", "60", "--quiet", "--report"])
+            .arg(&report)
+            .output()
+            .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&report);
+    let n = |k: &str| r[k]["requests"].as_u64().unwrap();
+    assert_eq!(
+        (r["requests"].as_u64(), r["errors"].as_u64()),
+        (Some(400), Some(0)),
+        "{r}"
+    );
+    assert_eq!(n("edge_hit") + n("edge_miss") + n("origin"), 400, "{r}");
+    assert!(n("edge_hit") > 100 && n("origin") > 20, "{r}");
+    let hit_rate = r["hit_rate"].as_f64().unwrap();
+    assert!((hit_rate - n("edge_hit") as f64 / 400.0).abs() < 1e-9);
+    // The origin is 40 ms away; a hit is not.
+    let ms = |k: &str| r[k]["p50_ms"].as_f64().unwrap();
+    assert!(ms("origin") > 40.0 && ms("edge_hit") < ms("origin"), "{r}");
+    // The agent counted what the generator saw.
+    let m = |name| p.metric("edge", name).unwrap();
+    assert_eq!(
+        m("vcdn_srv6_agent_accepted_total") + m("vcdn_srv6_agent_rejected_total"),
+        500,
+        "every new connection's SYN went through the edge's filter"
+    );
+}
