@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const PROGRAMS: [&str; 2] = ["dispatcher", "agent"];
+/// The programs, and a fixture the verifier refuses (the loader's test).
+const PROGRAMS: [&str; 3] = ["dispatcher", "agent", "tests/refused"];
 
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(vcdn_bpf)");
@@ -23,7 +24,7 @@ fn main() {
     let mut built = true;
     for p in PROGRAMS {
         let src = format!("bpf/{p}.bpf.c");
-        let obj = out.join(format!("{p}.bpf.o"));
+        let obj = out.join(format!("{}.bpf.o", p.replace('/', "-")));
         let status = Command::new(&clang)
             .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf"])
             .arg(format!("-I/usr/include/{arch}"))

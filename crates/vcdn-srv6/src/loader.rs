@@ -23,7 +23,9 @@ pub enum Error {
     NotBuilt,
     #[error("loading BPF programs needs root (CAP_BPF and CAP_NET_ADMIN): {0}")]
     Permission(String),
-    #[error("the kernel refused the {what} programs: {reason}{log}")]
+    #[error(
+        "the kernel refused the {what} programs ({reason}); libbpf and the verifier said:{log}"
+    )]
     Refused {
         what: &'static str,
         reason: String,
@@ -104,7 +106,10 @@ pub(crate) fn load(
 
 fn refused(what: &'static str, e: &libbpf_rs::Error) -> Error {
     let log = std::mem::take(&mut *LOG.lock().unwrap_or_else(|e| e.into_inner()));
-    if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+    // The verifier's refusal is EACCES too: only without root is it about
+    // rights.
+    // SAFETY: geteuid has no preconditions.
+    if e.kind() == libbpf_rs::ErrorKind::PermissionDenied && unsafe { libc::geteuid() } != 0 {
         return Error::Permission(e.to_string());
     }
     let tail: Vec<&str> = log.lines().rev().take(25).collect();
@@ -230,4 +235,38 @@ pub fn probe() -> Result<(), Error> {
         return Err(Error::Missing("SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL)".into()));
     }
     mount_bpffs()
+}
+
+#[cfg(all(test, vcdn_bpf))]
+mod tests {
+    use super::*;
+
+    /// Needs root (loading BPF).
+    #[test]
+    fn a_program_the_verifier_refuses_is_an_error_with_the_verifiers_words() {
+        let bytes = include_bytes!(concat!(env!("OUT_DIR"), "/tests-refused.bpf.o"));
+        match load("test", bytes, |_| Ok(())) {
+            Err(Error::Refused { what, log, .. }) => {
+                assert_eq!(what, "test");
+                assert!(
+                    log.contains("invalid") || log.contains("R1"),
+                    "the verifier's log: {log}"
+                );
+            }
+            Err(e) => panic!("not a refusal: {e}"),
+            Ok(_) => panic!("the verifier accepted an out-of-bounds read"),
+        }
+        let msg = load("test", bytes, |_| Ok(())).err().unwrap().to_string();
+        assert!(
+            msg.starts_with("the kernel refused the test programs"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn without_programs_loading_says_how_to_get_them() {
+        let e = load("test", &[], |_| Ok(())).err().unwrap();
+        assert!(matches!(e, Error::NotBuilt));
+        assert!(e.to_string().contains("install clang"), "{e}");
+    }
 }
