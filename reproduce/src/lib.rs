@@ -14,6 +14,7 @@
 
 pub mod andy;
 pub mod cdnsim;
+pub mod content_aware;
 pub mod irm;
 pub mod lru_filter;
 pub mod mosto;

@@ -1,0 +1,174 @@
+//! Re-makes the content-aware data-plane paper's testbed results (§V) on
+//! vcdn's SRv6 data path, scaled to one machine (see
+//! `reproduce/content-aware/README.md` for what was scaled).
+//!
+//! ```text
+//! cargo build --release -p vcdn && \
+//! cargo run --release -p vcdn-reproduce --bin content-aware -- table3|fig9 [--quick]
+//! ```
+//! Needs root. Markdown on stdout, progress on stderr, raw JSON lines in
+//! `reproduce/content-aware/raw/`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use vcdn_reproduce::content_aware::{out_dir, run, RunResult, RunSpec};
+
+/// Table III of the paper: α, hit rate (filter, baseline) %, mean chunk
+/// load time (filter, baseline) ms, edge CPU (filter, baseline) %.
+const PAPER_TABLE3: [(f64, f64, f64, f64, f64, f64, f64); 4] = [
+    (0.8, 30.0, 21.9, 379.0, 755.0, 49.0, 83.5),
+    (0.9, 47.0, 38.6, 220.0, 345.0, 54.4, 85.9),
+    (1.0, 65.3, 59.5, 139.0, 189.0, 56.8, 83.9),
+    (1.1, 81.8, 77.8, 85.6, 107.0, 53.8, 74.4),
+];
+
+struct Scale {
+    catalogue: u64,
+    cache_chunks: u64,
+    object_bytes: u64,
+    clients: usize,
+    warmup: u64,
+    requests: u64,
+}
+
+fn scale(quick: bool) -> Scale {
+    if quick {
+        Scale {
+            catalogue: 5_000,
+            cache_chunks: 50,
+            object_bytes: 20_000,
+            clients: 16,
+            warmup: 5_000,
+            requests: 5_000,
+        }
+    } else {
+        Scale {
+            catalogue: 20_000,
+            cache_chunks: 200,
+            object_bytes: 20_000,
+            clients: 16,
+            warmup: 20_000,
+            requests: 20_000,
+        }
+    }
+}
+
+fn spec(s: &Scale, alpha: f64, filter: Option<u64>) -> RunSpec {
+    RunSpec {
+        alpha,
+        catalogue: s.catalogue,
+        cache_chunks: s.cache_chunks,
+        filter,
+        object_bytes: s.object_bytes,
+        clients: s.clients,
+        warmup: s.warmup,
+        requests: s.requests,
+        seed: 1,
+    }
+}
+
+fn vcdn() -> PathBuf {
+    std::env::var_os("VCDN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/vcdn"))
+}
+
+fn record(name: &str, r: &RunResult) {
+    let dir = out_dir().join("raw");
+    let _ = std::fs::create_dir_all(&dir);
+    let line = serde_json::json!({
+        "alpha": r.spec.alpha, "catalogue": r.spec.catalogue, "cache_chunks": r.spec.cache_chunks,
+        "filter": r.spec.filter, "object_bytes": r.spec.object_bytes, "clients": r.spec.clients,
+        "warmup": r.spec.warmup, "requests": r.spec.requests,
+        "edge_cpu_s": r.edge_cpu_s, "wall_s": r.wall_s, "cache_objects": r.cache_objects,
+        "report": r.report,
+    });
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.jsonl")))
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let what = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .cloned()
+        .unwrap_or_default();
+    let s = scale(quick);
+    let work = std::env::temp_dir().join(format!("vcdn-content-aware-{}", std::process::id()));
+    let go = |name: &str, sp: RunSpec| -> Result<RunResult, String> {
+        eprintln!("{name}: α {} filter {:?} …", sp.alpha, sp.filter);
+        let r = run(&vcdn(), &sp, &work)?;
+        eprintln!(
+            "  hit {:.1} %  mean {:.1} ms  edge CPU {:.1} %  ({} objects cached)",
+            100.0 * r.hit_rate(),
+            r.load_ms("all", "mean_ms"),
+            r.edge_cpu_pct(),
+            r.cache_objects
+        );
+        record(name, &r);
+        Ok(r)
+    };
+    let result = match what.as_str() {
+        "table3" => (|| -> Result<(), String> {
+            println!("| α | C1 (δ1) | hit % filter / baseline | paper | mean load ms filter / baseline | paper | edge CPU % filter / baseline | paper |");
+            println!("|---|---|---|---|---|---|---|---|");
+            for (alpha, ph_f, ph_b, pl_f, pl_b, pc_f, pc_b) in PAPER_TABLE3 {
+                let c1 = vcdn_model::filter::filter_capacity(
+                    alpha,
+                    s.catalogue as f64,
+                    s.cache_chunks as f64,
+                ) as u64;
+                let f = go("table3", spec(&s, alpha, Some(c1)))?;
+                let b = go("table3", spec(&s, alpha, None))?;
+                println!(
+                    "| {alpha} | {c1} ({:.3}) | {:.1} / {:.1} | {ph_f} / {ph_b} | {:.0} / {:.0} | {pl_f} / {pl_b} | {:.1} / {:.1} | {pc_f} / {pc_b} |",
+                    c1 as f64 / s.catalogue as f64,
+                    100.0 * f.hit_rate(),
+                    100.0 * b.hit_rate(),
+                    f.load_ms("all", "mean_ms"),
+                    b.load_ms("all", "mean_ms"),
+                    f.edge_cpu_pct(),
+                    b.edge_cpu_pct(),
+                );
+            }
+            Ok(())
+        })(),
+        "fig9" => (|| -> Result<(), String> {
+            println!("| α | δ1 | C1 | hit % (test bed) | hit % (model) |");
+            println!("|---|---|---|---|---|");
+            for alpha in [0.8, 0.9] {
+                for d1 in [0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.10] {
+                    let c1 = ((d1 * s.catalogue as f64).round() as u64).max(1);
+                    let r = go("fig9", spec(&s, alpha, Some(c1)))?;
+                    let model = vcdn_model::filter::FiniteModel::new(alpha, s.catalogue as usize)
+                        .evaluate(c1 as f64, s.cache_chunks as f64)
+                        .hit_rate;
+                    println!(
+                        "| {alpha} | {d1} | {c1} | {:.1} | {:.1} |",
+                        100.0 * r.hit_rate(),
+                        100.0 * model
+                    );
+                }
+            }
+            Ok(())
+        })(),
+        _ => Err("usage: content-aware table3|fig9 [--quick]".into()),
+    };
+    let _ = std::fs::remove_dir_all(&work);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("content-aware: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The content-aware data-plane paper's test bed (§IV-B), scaled to one
+//! machine, with vcdn's cache in place of Apache Traffic Server: a client,
+//! the dispatcher (`vcdn router` with `[srv6]`), an edge (`vcdn cache` behind
+//! `vcdn srv6-agent`) and an origin (`vcdn origin` behind an agent that
+//! accepts everything), each in an IPv6-only namespace of
+//! `vcdn_netem::testbed`, 40 ms added on the origin's egress. The query
+//! generator is `vcdn player --chunks` in the client's namespace.
+//!
+//! One [`run`] is one configuration on a fresh bed (empty cache, empty
+//! filter): warm-up requests, then measured ones.
+
+use std::net::Ipv6Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use vcdn_netem::testbed::{Testbed, TestbedSpec};
+
+/// The service's chunk /64.
+pub const CHUNKS: &str = "2001:db8:c::";
+
+/// What one run does.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub alpha: f64,
+    /// Catalogue size N.
+    pub catalogue: u64,
+    /// The edge's capacity in chunks, C2 (its memory is C2 chunks).
+    pub cache_chunks: u64,
+    /// The LRU filter's size C1; `None`: no filter (every connection to
+    /// the edge, the paper's baseline).
+    pub filter: Option<u64>,
+    pub object_bytes: u64,
+    pub clients: usize,
+    pub warmup: u64,
+    pub requests: u64,
+    pub seed: u64,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub spec: RunSpec,
+    /// `vcdn player --chunks`'s report.
+    pub report: serde_json::Value,
+    /// CPU seconds of the edge's cache process during the measured phase.
+    pub edge_cpu_s: f64,
+    /// Wall time of the measured phase.
+    pub wall_s: f64,
+    /// Objects the cache held at the end (the effective C2).
+    pub cache_objects: u64,
+}
+
+impl RunResult {
+    /// Edge CPU load in % of one core over the measured phase.
+    pub fn edge_cpu_pct(&self) -> f64 {
+        100.0 * self.edge_cpu_s / self.wall_s.max(1e-9)
+    }
+
+    pub fn hit_rate(&self) -> f64 {
+        self.report["hit_rate"].as_f64().unwrap_or(0.0)
+    }
+
+    pub fn load_ms(&self, class: &str, stat: &str) -> f64 {
+        self.report[class][stat].as_f64().unwrap_or(0.0)
+    }
+}
+
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn sid(tb: &Testbed, node: &str) -> Ipv6Addr {
+    Ipv6Addr::from(u128::from(tb.addr6(node).expect("node")) | 0x100)
+}
+
+/// Starts `vcdn ARGS` in `node`, waiting for the line that says it serves.
+fn start(
+    tb: &Testbed,
+    vcdn: &Path,
+    node: &str,
+    args: &[String],
+    log: &Path,
+) -> Result<Child, String> {
+    use std::io::{BufRead, BufReader};
+    let mut c = tb
+        .command(node, vcdn)
+        .map_err(|e| e.to_string())?
+        .args(args)
+        .env("VCDN_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).map_err(|e| e.to_string())?)
+        .spawn()
+        .map_err(|e| format!("start vcdn {args:?}: {e}"))?;
+    let out = c.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) if l.contains("listening on") || l.contains("admin on") => return Ok(c),
+            Ok(_) => {}
+            Err(_) => {
+                let _ = c.kill();
+                return Err(format!(
+                    "vcdn {args:?} in {node} did not start (see {})",
+                    log.display()
+                ));
+            }
+        }
+    }
+}
+
+/// utime + stime of `pid`, seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let tick = 100.0; // USER_HZ
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (n(11) + n(12)) / tick
+}
+
+/// One configuration on a fresh bed.
+pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String> {
+    std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
+    let mut bed = TestbedSpec::new(["client", "dispatcher", "edge", "origin"])
+        .map_err(|e| e.to_string())?
+        .ipv6()
+        .owns("dispatcher", CHUNKS.parse().expect("prefix"))
+        .map_err(|e| e.to_string())?;
+    for to in ["client", "dispatcher", "edge"] {
+        bed = bed
+            .one_way("origin", to, Duration::from_millis(40))
+            .map_err(|e| e.to_string())?;
+    }
+    let tb = Testbed::start(bed).map_err(|e| format!("the test bed (needs root): {e}"))?;
+    let (d_sid, e_sid, o_sid) = (sid(&tb, "dispatcher"), sid(&tb, "edge"), sid(&tb, "origin"));
+    let origin = tb.addr6("origin").map_err(|e| e.to_string())?;
+    let edge = tb.addr6("edge").map_err(|e| e.to_string())?;
+    let config = work.join("router.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[health]\ninterval_ms = 200\ntimeout_ms = 400\n\
+             [srv6]\nsid = \"{d_sid}\"\ndevice = \"{}\"\nflows = 262144\n\
+             [[services]]\nname = \"video\"\nhostname = \"video.example\"\n\
+             origin = \"http://[{origin}]:80\"\nsrv6 = {{ prefix = \"{CHUNKS}\", origin_sid = \"{o_sid}\" }}\n\
+             [[services.regions]]\nregion = \"pop\"\n\
+             caches = [{{ address = \"[{edge}]:80\", sid = \"{e_sid}\" }}]\n",
+            tb.device("dispatcher").map_err(|e| e.to_string())?
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let agent = |node: &str, me: Ipv6Addr, filter: String| -> Result<Child, String> {
+        let dev = tb.device(node).map_err(|e| e.to_string())?;
+        let mut a = s(&["srv6-agent", "--sid", &me.to_string(), "--prefix", CHUNKS]);
+        a.extend(s(&[
+            "--dispatcher",
+            &d_sid.to_string(),
+            "--device",
+            &dev,
+            "--filter",
+            &filter,
+        ]));
+        a.extend(s(&["--admin", "127.0.0.1:9464"]));
+        start(&tb, vcdn, node, &a, &work.join(format!("{node}-agent.log")))
+    };
+    let memory = spec.cache_chunks * spec.object_bytes;
+    let mut procs = Procs(Vec::new());
+    procs.0.push(start(
+        &tb,
+        vcdn,
+        "origin",
+        &s(&["origin", "--listen", "[::]:80"]),
+        &work.join("origin.log"),
+    )?);
+    procs.0.push(agent("origin", o_sid, "none".into())?);
+    let filter = spec.filter.map_or("none".to_string(), |n| n.to_string());
+    procs.0.push(agent("edge", e_sid, filter)?);
+    let cache = start(
+        &tb,
+        vcdn,
+        "edge",
+        &s(&[
+            "cache",
+            "--listen",
+            "[::]:80",
+            "--admin",
+            "127.0.0.1:9090",
+            "--admin-token",
+            "content-aware-reproduction-0123456789abcdef",
+            "--threads",
+            "1",
+        ])
+        .into_iter()
+        .chain(s(&[
+            "--memory",
+            &memory.to_string(),
+            "--upstream",
+            &format!("http://[{origin}]:80"),
+        ]))
+        .collect::<Vec<_>>(),
+        &work.join("cache.log"),
+    )?;
+    let cache_pid = cache.id();
+    procs.0.push(cache);
+    procs.0.push(start(
+        &tb,
+        vcdn,
+        "dispatcher",
+        &s(&[
+            "router",
+            "--no-dns",
+            "--http",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:9464",
+            "--config",
+        ])
+        .into_iter()
+        .chain([config.to_string_lossy().into_owned()])
+        .collect::<Vec<_>>(),
+        &work.join("router.log"),
+    )?);
+    // Health checks put the edge in the candidates.
+    std::thread::sleep(Duration::from_millis(1500));
+    let gen = |requests: u64, warm: bool| -> Result<serde_json::Value, String> {
+        let report = work.join(if warm { "warmup.json" } else { "report.json" });
+        let out = tb
+            .command("client", vcdn)
+            .map_err(|e| e.to_string())?
+            .args(s(&[
+                "player",
+                "--chunks",
+                "--chunk-prefix",
+                CHUNKS,
+                "--quiet",
+            ]))
+            .args([
+                "--catalogue".into(),
+                spec.catalogue.to_string(),
+                "--zipf".into(),
+                spec.alpha.to_string(),
+            ])
+            .args(["--object-bytes".into(), spec.object_bytes.to_string()])
+            .args([
+                "--clients".into(),
+                spec.clients.to_string(),
+                "--requests".into(),
+                requests.to_string(),
+            ])
+            .args([
+                "--seed".into(),
+                (spec.seed + warm as u64).to_string(),
+                "--duration".into(),
+                "3600".into(),
+            ])
+            .args(["--request-timeout", "30", "--report"])
+            .arg(&report)
+            .stdout(Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "the generator failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        serde_json::from_slice(&std::fs::read(&report).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())
+    };
+    if spec.warmup > 0 {
+        gen(spec.warmup, true)?;
+    }
+    let (cpu0, t0) = (cpu_seconds(cache_pid), Instant::now());
+    let report = gen(spec.requests, false)?;
+    let (edge_cpu_s, wall_s) = (cpu_seconds(cache_pid) - cpu0, t0.elapsed().as_secs_f64());
+    let cache_objects = tb
+        .run_in("edge", || {
+            let mut c = std::net::TcpStream::connect("127.0.0.1:9090").ok()?;
+            use std::io::{Read, Write};
+            write!(
+                c,
+                "GET /healthz HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n"
+            )
+            .ok()?;
+            let mut raw = String::new();
+            c.read_to_string(&mut raw).ok()?;
+            let body = raw.split("\r\n\r\n").nth(1)?;
+            let v: serde_json::Value = serde_json::from_str(body).ok()?;
+            v["memory_objects"].as_u64()
+        })
+        .map_err(|e| e.to_string())?
+        .unwrap_or(0);
+    drop(procs);
+    Ok(RunResult {
+        spec: spec.clone(),
+        report,
+        edge_cpu_s,
+        wall_s,
+        cache_objects,
+    })
+}
+
+/// Where the reproduction's files go.
+pub fn out_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("content-aware")
+}
