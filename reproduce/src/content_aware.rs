@@ -19,6 +19,10 @@ use vcdn_netem::testbed::{Testbed, TestbedSpec};
 /// The service's chunk /64.
 pub const CHUNKS: &str = "2001:db8:c::";
 
+/// The edge's cgroup: `vcdnca-<pid>-edge` (a crashed run's is removed by
+/// the next).
+const CGROUP_PREFIX: &str = "vcdnca-";
+
 /// What one run does.
 #[derive(Clone, Debug)]
 pub struct RunSpec {
@@ -32,6 +36,10 @@ pub struct RunSpec {
     pub filter: Option<u64>,
     pub object_bytes: u64,
     pub clients: usize,
+    /// CPUs the edge's cache may use (a CFS quota), so that a load this
+    /// machine can generate loads it as the paper's 1,400 clients loaded
+    /// ATS; `None`: unlimited.
+    pub edge_cpus: Option<f64>,
     pub warmup: u64,
     pub requests: u64,
     pub seed: u64,
@@ -216,6 +224,17 @@ pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String
     )?;
     let cache_pid = cache.id();
     procs.0.push(cache);
+    let _quota = match spec.edge_cpus {
+        Some(cpus) => {
+            let h = vcdn_netem::cgroup::Hierarchy::detect().map_err(|e| format!("cgroups: {e}"))?;
+            vcdn_netem::cgroup::remove_stale(&h, CGROUP_PREFIX);
+            let name = format!("{CGROUP_PREFIX}{}-edge", std::process::id());
+            let g = vcdn_netem::cgroup::CpuGroup::create(&h, &name, cpus).map_err(|e| e.to_string())?;
+            g.add(cache_pid).map_err(|e| e.to_string())?;
+            Some(g)
+        }
+        None => None,
+    };
     procs.0.push(start(
         &tb,
         vcdn,

@@ -63,6 +63,7 @@ fn spec(s: &Scale, alpha: f64, filter: Option<u64>) -> RunSpec {
         filter,
         object_bytes: s.object_bytes,
         clients: s.clients,
+        edge_cpus: None,
         warmup: s.warmup,
         requests: s.requests,
         seed: 1,
