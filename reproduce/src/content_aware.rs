@@ -229,7 +229,8 @@ pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String
             let h = vcdn_netem::cgroup::Hierarchy::detect().map_err(|e| format!("cgroups: {e}"))?;
             vcdn_netem::cgroup::remove_stale(&h, CGROUP_PREFIX);
             let name = format!("{CGROUP_PREFIX}{}-edge", std::process::id());
-            let g = vcdn_netem::cgroup::CpuGroup::create(&h, &name, cpus).map_err(|e| e.to_string())?;
+            let g =
+                vcdn_netem::cgroup::CpuGroup::create(&h, &name, cpus).map_err(|e| e.to_string())?;
             g.add(cache_pid).map_err(|e| e.to_string())?;
             Some(g)
         }
