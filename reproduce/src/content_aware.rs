@@ -43,6 +43,8 @@ pub struct RunSpec {
     pub warmup: u64,
     pub requests: u64,
     pub seed: u64,
+    /// The dispatcher's flow table.
+    pub dispatcher_flows: u32,
 }
 
 /// What one run measured.
@@ -74,7 +76,8 @@ impl RunResult {
     }
 }
 
-struct Procs(Vec<Child>);
+/// Processes killed when dropped.
+pub struct Procs(Vec<Child>);
 
 impl Drop for Procs {
     fn drop(&mut self) {
@@ -139,8 +142,132 @@ fn cpu_seconds(pid: u32) -> f64 {
     (n(11) + n(12)) / tick
 }
 
+/// A running bed with its processes (killed, and the bed torn down, when
+/// dropped).
+pub struct Plane {
+    /// First to go: the processes, then the quota, then the bed.
+    _procs: Procs,
+    _quota: Option<vcdn_netem::cgroup::CpuGroup>,
+    pub cache_pid: u32,
+    pub router_pid: u32,
+    pub tb: Testbed,
+}
+
+impl Plane {
+    /// A counter or gauge (first line that starts with `name`) from the
+    /// /metrics of `node`'s process on 127.0.0.1:9464.
+    pub fn metric(&self, node: &str, name: &str) -> Option<f64> {
+        let name = name.to_string();
+        self.tb
+            .run_in(node, move || {
+                let body = http_get("127.0.0.1:9464", "/metrics")?;
+                body.lines().find_map(|l| {
+                    l.strip_prefix(name.as_str())?
+                        .strip_prefix(' ')?
+                        .trim()
+                        .parse()
+                        .ok()
+                })
+            })
+            .ok()
+            .flatten()
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = String::new();
+    c.read_to_string(&mut raw).ok()?;
+    Some(raw.split_once("\r\n\r\n")?.1.to_string())
+}
+
 /// One configuration on a fresh bed.
 pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String> {
+    let plane = start_plane(vcdn, spec, work)?;
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let tb = &plane.tb;
+    let gen = |requests: u64, warm: bool| -> Result<serde_json::Value, String> {
+        let report = work.join(if warm { "warmup.json" } else { "report.json" });
+        let out = tb
+            .command("client", vcdn)
+            .map_err(|e| e.to_string())?
+            .args(s(&[
+                "player",
+                "--chunks",
+                "--chunk-prefix",
+                CHUNKS,
+                "--quiet",
+            ]))
+            .args([
+                "--catalogue".into(),
+                spec.catalogue.to_string(),
+                "--zipf".into(),
+                spec.alpha.to_string(),
+            ])
+            .args(["--object-bytes".into(), spec.object_bytes.to_string()])
+            .args([
+                "--clients".into(),
+                spec.clients.to_string(),
+                "--requests".into(),
+                requests.to_string(),
+            ])
+            .args([
+                "--seed".into(),
+                (spec.seed + warm as u64).to_string(),
+                "--duration".into(),
+                "3600".into(),
+            ])
+            .args(["--request-timeout", "30", "--report"])
+            .arg(&report)
+            .stdout(Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "the generator failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        serde_json::from_slice(&std::fs::read(&report).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())
+    };
+    if spec.warmup > 0 {
+        gen(spec.warmup, true)?;
+    }
+    let (cpu0, t0) = (cpu_seconds(plane.cache_pid), Instant::now());
+    let report = gen(spec.requests, false)?;
+    let (edge_cpu_s, wall_s) = (
+        cpu_seconds(plane.cache_pid) - cpu0,
+        t0.elapsed().as_secs_f64(),
+    );
+    let cache_objects = tb
+        .run_in("edge", || {
+            let v: serde_json::Value =
+                serde_json::from_str(&http_get("127.0.0.1:9090", "/healthz")?).ok()?;
+            v["memory_objects"].as_u64()
+        })
+        .map_err(|e| e.to_string())?
+        .unwrap_or(0);
+    drop(plane);
+    Ok(RunResult {
+        spec: spec.clone(),
+        report,
+        edge_cpu_s,
+        wall_s,
+        cache_objects,
+    })
+}
+
+/// Starts the bed and every process of `spec`, and waits until the
+/// dispatcher has the edge among its candidates.
+pub fn start_plane(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<Plane, String> {
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
     let mut bed = TestbedSpec::new(["client", "dispatcher", "edge", "origin"])
         .map_err(|e| e.to_string())?
@@ -161,12 +288,13 @@ pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String
         &config,
         format!(
             "[health]\ninterval_ms = 200\ntimeout_ms = 400\n\
-             [srv6]\nsid = \"{d_sid}\"\ndevice = \"{}\"\nflows = 262144\n\
+             [srv6]\nsid = \"{d_sid}\"\ndevice = \"{}\"\nflows = {}\n\
              [[services]]\nname = \"video\"\nhostname = \"video.example\"\n\
              origin = \"http://[{origin}]:80\"\nsrv6 = {{ prefix = \"{CHUNKS}\", origin_sid = \"{o_sid}\" }}\n\
              [[services.regions]]\nregion = \"pop\"\n\
              caches = [{{ address = \"[{edge}]:80\", sid = \"{e_sid}\" }}]\n",
-            tb.device("dispatcher").map_err(|e| e.to_string())?
+            tb.device("dispatcher").map_err(|e| e.to_string())?,
+            spec.dispatcher_flows,
         ),
     )
     .map_err(|e| e.to_string())?;
@@ -256,82 +384,131 @@ pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String
     )?);
     // Health checks put the edge in the candidates.
     std::thread::sleep(Duration::from_millis(1500));
-    let gen = |requests: u64, warm: bool| -> Result<serde_json::Value, String> {
-        let report = work.join(if warm { "warmup.json" } else { "report.json" });
-        let out = tb
-            .command("client", vcdn)
-            .map_err(|e| e.to_string())?
-            .args(s(&[
-                "player",
-                "--chunks",
-                "--chunk-prefix",
-                CHUNKS,
-                "--quiet",
-            ]))
-            .args([
-                "--catalogue".into(),
-                spec.catalogue.to_string(),
-                "--zipf".into(),
-                spec.alpha.to_string(),
-            ])
-            .args(["--object-bytes".into(), spec.object_bytes.to_string()])
-            .args([
-                "--clients".into(),
-                spec.clients.to_string(),
-                "--requests".into(),
-                requests.to_string(),
-            ])
-            .args([
-                "--seed".into(),
-                (spec.seed + warm as u64).to_string(),
-                "--duration".into(),
-                "3600".into(),
-            ])
-            .args(["--request-timeout", "30", "--report"])
-            .arg(&report)
-            .stdout(Stdio::null())
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!(
-                "the generator failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        serde_json::from_slice(&std::fs::read(&report).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())
-    };
-    if spec.warmup > 0 {
-        gen(spec.warmup, true)?;
+    let router_pid = procs.0.last().map(|c| c.id()).unwrap_or(0);
+    Ok(Plane {
+        _procs: procs,
+        _quota,
+        cache_pid,
+        router_pid,
+        tb,
+    })
+}
+
+/// The dispatcher under a flood of SYNs to new chunk addresses.
+#[derive(Clone, Debug)]
+pub struct FloodResult {
+    pub packets: u64,
+    pub wall_s: f64,
+    /// Runs of the `dispatch` program and the CPU time they took.
+    pub runs: u64,
+    pub program_s: f64,
+    /// Connections learnt (a server answered), and the table at the end.
+    pub learnt: u64,
+    pub flows: u64,
+    pub flow_capacity: u64,
+    /// The router's resident memory before and after, kB.
+    pub rss_before_kb: u64,
+    pub rss_after_kb: u64,
+    /// CPU seconds of the whole machine during the flood (generator,
+    /// forwarder, every namespace's kernel path).
+    pub machine_cpu_s: f64,
+}
+
+impl FloodResult {
+    /// Packets the dispatch program handles per CPU-second of its own.
+    pub fn program_pps_per_cpu_s(&self) -> f64 {
+        self.runs as f64 / self.program_s.max(1e-12)
     }
-    let (cpu0, t0) = (cpu_seconds(cache_pid), Instant::now());
-    let report = gen(spec.requests, false)?;
-    let (edge_cpu_s, wall_s) = (cpu_seconds(cache_pid) - cpu0, t0.elapsed().as_secs_f64());
-    let cache_objects = tb
-        .run_in("edge", || {
-            let mut c = std::net::TcpStream::connect("127.0.0.1:9090").ok()?;
-            use std::io::{Read, Write};
-            write!(
-                c,
-                "GET /healthz HTTP/1.1\r\nHost: c\r\nConnection: close\r\n\r\n"
-            )
-            .ok()?;
-            let mut raw = String::new();
-            c.read_to_string(&mut raw).ok()?;
-            let body = raw.split("\r\n\r\n").nth(1)?;
-            let v: serde_json::Value = serde_json::from_str(body).ok()?;
-            v["memory_objects"].as_u64()
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Busy jiffies of the whole machine (/proc/stat), in seconds.
+fn machine_busy_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let busy: f64 = f
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum();
+    busy / 100.0
+}
+
+/// Floods the dispatcher with `packets` SYNs to new chunk addresses from
+/// sources nobody answers to, with the kernel's BPF run-time statistics on
+/// (restored after).
+pub fn dispatcher_cost(
+    vcdn: &Path,
+    spec: &RunSpec,
+    packets: u64,
+    work: &Path,
+) -> Result<FloodResult, String> {
+    const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    let plane = start_plane(vcdn, spec, work)?;
+    let before_stats = std::fs::read_to_string(STATS).unwrap_or_else(|_| "0".into());
+    std::fs::write(STATS, "1").map_err(|e| format!("{STATS}: {e}"))?;
+    let m = |name: &str| plane.metric("dispatcher", name).unwrap_or(0.0);
+    let (runs0, secs0) = (
+        m("vcdn_router_srv6_program_runs_total{program=\"dispatch\"}"),
+        m("vcdn_router_srv6_program_seconds_total{program=\"dispatch\"}"),
+    );
+    let rss_before_kb = rss_kb(plane.router_pid);
+    // Sources in a /64 no node has: answers to them go nowhere.
+    let base = 0xfd77_0000_0000_0099u128 << 64;
+    let prefix: Ipv6Addr = CHUNKS.parse().expect("prefix");
+    let batch: Vec<Vec<u8>> = (0..packets)
+        .map(|i| {
+            let src = Ipv6Addr::from(base | (i as u128 + 1));
+            let dst = Ipv6Addr::from(u128::from(prefix) | (0x1_0000_0000 + i as u128));
+            vcdn_srv6::packet::syn(src, dst, 1024 + (i % 60_000) as u16)
+        })
+        .collect();
+    let (busy0, t0) = (machine_busy_s(), Instant::now());
+    plane
+        .tb
+        .run_in("client", move || {
+            vcdn_srv6::packet::send_raw(&batch, 2_000, Duration::from_millis(5))
         })
         .map_err(|e| e.to_string())?
-        .unwrap_or(0);
-    drop(procs);
-    Ok(RunResult {
-        spec: spec.clone(),
-        report,
-        edge_cpu_s,
+        .map_err(|e| format!("raw SYNs: {e}"))?;
+    std::thread::sleep(Duration::from_millis(500));
+    let (wall_s, machine_cpu_s) = (t0.elapsed().as_secs_f64(), machine_busy_s() - busy0);
+    let r = FloodResult {
+        packets,
         wall_s,
-        cache_objects,
-    })
+        runs: (m("vcdn_router_srv6_program_runs_total{program=\"dispatch\"}") - runs0) as u64,
+        program_s: m("vcdn_router_srv6_program_seconds_total{program=\"dispatch\"}") - secs0,
+        learnt: m("vcdn_router_srv6_learnt_total") as u64,
+        flows: m("vcdn_router_srv6_flows") as u64,
+        flow_capacity: m("vcdn_router_srv6_flow_capacity") as u64,
+        rss_before_kb,
+        rss_after_kb: rss_kb(plane.router_pid),
+        machine_cpu_s,
+    };
+    let _ = std::fs::write(STATS, before_stats.trim());
+    Ok(r)
 }
 
 /// Where the reproduction's files go.

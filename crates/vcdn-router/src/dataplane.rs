@@ -128,16 +128,24 @@ impl DataPlane {
         }
     }
 
-    /// The counters, the flow table's fill and capacity.
-    pub fn stats(&self) -> Option<(DispatcherStats, usize, u32)> {
+    pub fn stats(&self) -> Option<DataPlaneStats> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let s = inner.dispatcher.stats().ok()?;
-        Some((
-            s,
-            inner.dispatcher.flows(),
-            inner.dispatcher.flow_capacity(),
-        ))
+        Some(DataPlaneStats {
+            counters: inner.dispatcher.stats().ok()?,
+            flows: inner.dispatcher.flows(),
+            flow_capacity: inner.dispatcher.flow_capacity(),
+            programs: inner.dispatcher.program_runs(),
+        })
     }
+}
+
+/// What `/metrics` shows of the dispatcher.
+pub struct DataPlaneStats {
+    pub counters: DispatcherStats,
+    /// Learnt connections held now, and at most.
+    pub flows: usize,
+    pub flow_capacity: u32,
+    pub programs: Vec<vcdn_srv6::ProgramRuns>,
 }
 
 /// Syncs every 100 ms, forever.

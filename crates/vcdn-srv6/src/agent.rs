@@ -205,6 +205,12 @@ impl Agent {
         Ok(agent)
     }
 
+    /// How often each program ran and for how long (time only with
+    /// `kernel.bpf_stats_enabled=1`).
+    pub fn program_runs(&self) -> Vec<crate::ProgramRuns> {
+        loader::program_runs(&self.obj)
+    }
+
     /// Runs `f` with `agent` pinned (End.BPF on the host's SID): iproute2 attaches it by path.
     pub fn agent_program<T>(&self, f: impl FnOnce(&Path) -> Result<T, Error>) -> Result<T, Error> {
         loader::with_pinned(&self.obj, "agent", f)

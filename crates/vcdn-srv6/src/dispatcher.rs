@@ -193,6 +193,12 @@ impl Dispatcher {
         Ok(d)
     }
 
+    /// How often each program ran and for how long (time only with
+    /// `kernel.bpf_stats_enabled=1`).
+    pub fn program_runs(&self) -> Vec<crate::ProgramRuns> {
+        loader::program_runs(&self.obj)
+    }
+
     /// Runs `f` with `dispatch` pinned (lwt_in on the services' /64 routes): iproute2 attaches it by path.
     pub fn dispatch_program<T>(
         &self,

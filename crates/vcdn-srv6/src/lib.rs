@@ -28,9 +28,10 @@
 pub mod agent;
 pub mod dispatcher;
 mod loader;
+pub mod packet;
 pub mod route;
 
-pub use loader::{probe, Error};
+pub use loader::{probe, Error, ProgramRuns};
 
 /// The upper 64 bits of an address: a server's locator or a service's /64.
 pub fn upper64(a: std::net::Ipv6Addr) -> u64 {

@@ -150,6 +150,36 @@ pub(crate) fn with_pinned<T>(
     r
 }
 
+/// How often each program of `obj` ran and for how long, by name: the
+/// kernel counts time only while `kernel.bpf_stats_enabled` is 1 (it costs
+/// two clock reads per run, so it is off unless an operator turns it on).
+pub(crate) fn program_runs(obj: &libbpf_rs::Object) -> Vec<ProgramRuns> {
+    use std::os::fd::{AsFd, AsRawFd};
+    obj.progs()
+        .map(|p| {
+            let mut info = libbpf_sys::bpf_prog_info::default();
+            let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+            // SAFETY: the kernel writes at most `len` bytes into `info`.
+            let r = unsafe {
+                libbpf_sys::bpf_prog_get_info_by_fd(p.as_fd().as_raw_fd(), &mut info, &mut len)
+            };
+            ProgramRuns {
+                name: p.name().to_string_lossy().into_owned(),
+                runs: if r == 0 { info.run_cnt } else { 0 },
+                nanoseconds: if r == 0 { info.run_time_ns } else { 0 },
+            }
+        })
+        .collect()
+}
+
+/// Runs of one program (see [`program_runs`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProgramRuns {
+    pub name: String,
+    pub runs: u64,
+    pub nanoseconds: u64,
+}
+
 /// A directory of pins, removed (with its pins) when dropped; one a process
 /// that died left is removed by the next load.
 struct PinDir {

@@ -207,6 +207,7 @@ fn metrics(agent: &Agent) -> String {
     );
     let _ = writeln!(o, "# TYPE vcdn_srv6_agent_filter_entries gauge");
     let _ = writeln!(o, "vcdn_srv6_agent_filter_entries {}", agent.filter_len());
+    vcdn_router::metrics::program_runs(&mut o, "vcdn_srv6_agent", &agent.program_runs());
     o
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use support::bed::{start_in, InNode};
 use vcdn_netem::testbed::{Testbed, TestbedSpec};
+use vcdn_srv6::packet::{self, ipv6, srv6, syn};
 
 mod support;
 
@@ -274,89 +275,14 @@ fn a_popular_chunk_is_served_by_the_edge_and_an_unpopular_one_by_the_origin() {
     assert!(link("edge", "client").bytes > 300_000);
 }
 
-/// Raw IPv6 packets (own headers) sent from `node`, each to the address it
-/// is for.
+/// Raw IPv6 packets (own headers) sent from `node`, paced for the TUN's
+/// queue of 10,000 packets.
 fn send_raw(tb: &Testbed, node: &str, packets: Vec<Vec<u8>>) {
     tb.run_in(node, move || {
-        // SAFETY: plain socket calls on a descriptor this closure owns.
-        unsafe {
-            let fd = libc::socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_RAW);
-            assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
-            for (i, p) in packets.iter().enumerate() {
-                let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
-                sa.sin6_family = libc::AF_INET6 as u16;
-                sa.sin6_addr.s6_addr.copy_from_slice(&p[24..40]);
-                let n = libc::sendto(
-                    fd,
-                    p.as_ptr().cast(),
-                    p.len(),
-                    0,
-                    (&sa as *const libc::sockaddr_in6).cast(),
-                    std::mem::size_of::<libc::sockaddr_in6>() as u32,
-                );
-                assert_eq!(
-                    n,
-                    p.len() as isize,
-                    "sendto: {}",
-                    std::io::Error::last_os_error()
-                );
-                // Paced: the TUN's queue holds 10,000 packets.
-                if i % 500 == 499 {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-            libc::close(fd);
-        }
+        packet::send_raw(&packets, 500, Duration::from_millis(20))
     })
-    .unwrap();
-}
-
-fn ipv6(src: Ipv6Addr, dst: Ipv6Addr, next: u8, payload: &[u8]) -> Vec<u8> {
-    let mut p = vec![0x60, 0, 0, 0];
-    p.extend((payload.len() as u16).to_be_bytes());
-    p.extend([next, 64]);
-    p.extend(src.octets());
-    p.extend(dst.octets());
-    p.extend(payload);
-    p
-}
-
-/// A TCP SYN to port 80, with its checksum.
-fn syn(src: Ipv6Addr, dst: Ipv6Addr, sport: u16) -> Vec<u8> {
-    let mut t = vec![0u8; 20];
-    t[0..2].copy_from_slice(&sport.to_be_bytes());
-    t[2..4].copy_from_slice(&80u16.to_be_bytes());
-    t[4..8].copy_from_slice(&(sport as u32 * 7919).to_be_bytes());
-    t[12] = 5 << 4;
-    t[13] = 0x02;
-    t[14..16].copy_from_slice(&64_240u16.to_be_bytes());
-    let mut sum: u32 = 0;
-    let mut add = |b: &[u8]| {
-        for c in b.chunks(2) {
-            sum += u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32;
-        }
-    };
-    add(&src.octets());
-    add(&dst.octets());
-    add(&[0, 0, 0, 20, 0, 0, 0, 6]);
-    add(&t);
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    t[16..18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    ipv6(src, dst, 6, &t)
-}
-
-/// An SRv6 encapsulation of `inner` from `src` with segments (visit order)
-/// `segs`, the SRH's next header `next`.
-fn srv6(src: Ipv6Addr, segs: &[Ipv6Addr], next: u8, inner: &[u8]) -> Vec<u8> {
-    let n = segs.len() as u8;
-    let mut srh = vec![next, 2 * n, 4, n - 1, n - 1, 0, 0, 0];
-    for s in segs.iter().rev() {
-        srh.extend(s.octets());
-    }
-    srh.extend(inner);
-    ipv6(src, segs[0], 43, &srh)
+    .unwrap()
+    .expect("raw packets sent");
 }
 
 /// Sources outside every node's /64: answers to them go nowhere.

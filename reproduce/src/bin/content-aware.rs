@@ -67,6 +67,7 @@ fn spec(s: &Scale, alpha: f64, filter: Option<u64>) -> RunSpec {
         warmup: s.warmup,
         requests: s.requests,
         seed: 1,
+        dispatcher_flows: 262_144,
     }
 }
 
@@ -162,7 +163,29 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
-        _ => Err("usage: content-aware table3|fig9 [--quick]".into()),
+        "dispatcher-cost" => (|| -> Result<(), String> {
+            let packets: u64 = if quick { 50_000 } else { 400_000 };
+            let mut sp = spec(&s, 0.9, Some(100));
+            sp.dispatcher_flows = 65_536;
+            let r = vcdn_reproduce::content_aware::dispatcher_cost(&vcdn(), &sp, packets, &work)?;
+            println!("| SYNs | dispatch runs | ns per packet | packets per CPU-second (program) | machine CPU-s | learnt | flows / capacity | router RSS kB before → after |");
+            println!("|---|---|---|---|---|---|---|---|");
+            println!(
+                "| {} | {} | {:.0} | {:.2e} | {:.1} | {} | {} / {} | {} → {} |",
+                r.packets,
+                r.runs,
+                1e9 * r.program_s / r.runs.max(1) as f64,
+                r.program_pps_per_cpu_s(),
+                r.machine_cpu_s,
+                r.learnt,
+                r.flows,
+                r.flow_capacity,
+                r.rss_before_kb,
+                r.rss_after_kb
+            );
+            Ok(())
+        })(),
+        _ => Err("usage: content-aware table3|fig9|dispatcher-cost [--quick]".into()),
     };
     let _ = std::fs::remove_dir_all(&work);
     match result {
