@@ -489,7 +489,7 @@ pub fn dispatcher_cost(
     plane
         .tb
         .run_in("client", move || {
-            vcdn_srv6::packet::send_raw(&batch, 2_000, Duration::from_millis(5))
+            vcdn_srv6::packet::send_raw(&batch, 500, Duration::from_millis(5))
         })
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("raw SYNs: {e}"))?;

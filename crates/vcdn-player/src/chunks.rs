@@ -327,38 +327,48 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-/// GET on a new connection, body read to the end (bounded): (status, head).
+/// GET on a new connection, read until the body's last byte (by its
+/// Content-Length, as a player reads it; to the close without one):
+/// (status, head). Only the head is kept.
 async fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
-    let mut s = TcpStream::connect(addr)
+    const MAX_HEAD: usize = 16 << 10;
+    let mut s = TcpStream::connect(addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: video\r\nConnection: close\r\n\r\n").as_bytes())
         .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: video\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    let mut raw = Vec::with_capacity(64 << 10);
+        .map_err(|e| e.to_string())?;
+    let mut head = Vec::with_capacity(1024);
     let mut buf = vec![0u8; 64 << 10];
-    loop {
+    // Until the end of the head.
+    let (end, mut body) = loop {
         let n = s.read(&mut buf).await.map_err(|e| e.to_string())?;
         if n == 0 {
-            break;
+            return Err("closed before the end of the head".into());
         }
-        // Only the head is kept; the body is counted and dropped.
-        if raw.len() < 16 << 10 {
-            raw.extend_from_slice(&buf[..n.min((16 << 10) - raw.len())]);
+        head.extend_from_slice(&buf[..n]);
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break (end, (head.len() - end - 4) as u64);
         }
-    }
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("not an HTTP answer")?;
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+        if head.len() > MAX_HEAD {
+            return Err("a head over 16 KiB".into());
+        }
+    };
+    let head = String::from_utf8_lossy(&head[..end]).into_owned();
     let status = head
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or("no status")?;
+    let length = header(&head, "content-length").and_then(|v| v.parse::<u64>().ok());
+    while length.is_none_or(|l| body < l) {
+        let n = s.read(&mut buf).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            if length.is_some() {
+                return Err("closed before the end of the body".into());
+            }
+            break;
+        }
+        body += n as u64;
+    }
     Ok((status, head))
 }
 

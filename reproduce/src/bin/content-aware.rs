@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo build --release -p vcdn && \
-//! cargo run --release -p vcdn-reproduce --bin content-aware -- table3|fig9 [--quick]
+//! cargo run --release -p vcdn-reproduce --bin content-aware -- table3|fig9|dispatcher-cost
+//!     [--quick] [--edge-cpus X] [--clients N] [--alpha 0.8,0.9]
 //! ```
 //! Needs root. Markdown on stdout, progress on stderr, raw JSON lines in
 //! `reproduce/content-aware/raw/`.
@@ -25,6 +26,7 @@ const PAPER_TABLE3: [(f64, f64, f64, f64, f64, f64, f64); 4] = [
 ];
 
 struct Scale {
+    edge_cpus: Option<f64>,
     catalogue: u64,
     cache_chunks: u64,
     object_bytes: u64,
@@ -36,6 +38,7 @@ struct Scale {
 fn scale(quick: bool) -> Scale {
     if quick {
         Scale {
+            edge_cpus: None,
             catalogue: 5_000,
             cache_chunks: 50,
             object_bytes: 20_000,
@@ -45,6 +48,7 @@ fn scale(quick: bool) -> Scale {
         }
     } else {
         Scale {
+            edge_cpus: None,
             catalogue: 20_000,
             cache_chunks: 200,
             object_bytes: 20_000,
@@ -63,7 +67,7 @@ fn spec(s: &Scale, alpha: f64, filter: Option<u64>) -> RunSpec {
         filter,
         object_bytes: s.object_bytes,
         clients: s.clients,
-        edge_cpus: None,
+        edge_cpus: s.edge_cpus,
         warmup: s.warmup,
         requests: s.requests,
         seed: 1,
@@ -104,7 +108,15 @@ fn main() -> ExitCode {
         .find(|a| !a.starts_with("--"))
         .cloned()
         .unwrap_or_default();
-    let s = scale(quick);
+    let mut s = scale(quick);
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    if let Some(v) = value("--edge-cpus") {
+        s.edge_cpus = v.parse().ok();
+    }
+    if let Some(v) = value("--clients") {
+        s.clients = v.parse().unwrap_or(s.clients);
+    }
+    let alphas: Vec<f64> = value("--alpha").map_or(vec![0.8, 0.9, 1.0, 1.1], |v| v.split(',').filter_map(|a| a.parse().ok()).collect());
     let work = std::env::temp_dir().join(format!("vcdn-content-aware-{}", std::process::id()));
     let go = |name: &str, sp: RunSpec| -> Result<RunResult, String> {
         eprintln!("{name}: α {} filter {:?} …", sp.alpha, sp.filter);
@@ -123,7 +135,7 @@ fn main() -> ExitCode {
         "table3" => (|| -> Result<(), String> {
             println!("| α | C1 (δ1) | hit % filter / baseline | paper | mean load ms filter / baseline | paper | edge CPU % filter / baseline | paper |");
             println!("|---|---|---|---|---|---|---|---|");
-            for (alpha, ph_f, ph_b, pl_f, pl_b, pc_f, pc_b) in PAPER_TABLE3 {
+            for (alpha, ph_f, ph_b, pl_f, pl_b, pc_f, pc_b) in PAPER_TABLE3.into_iter().filter(|r| alphas.contains(&r.0)) {
                 let c1 = vcdn_model::filter::filter_capacity(
                     alpha,
                     s.catalogue as f64,
