@@ -23,6 +23,21 @@ pub const CHUNKS: &str = "2001:db8:c::";
 /// the next).
 const CGROUP_PREFIX: &str = "vcdnca-";
 
+/// Where the LRU filter is applied (the three forms vcdn has), or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// In the edge host's kernel, on the SYN (`vcdn srv6-agent`); clients
+    /// connect to chunk addresses.
+    Srv6,
+    /// The router's HTTP routing answers 302 to the edge or the origin.
+    RouterRedirect,
+    /// The cache answers 302 to the origin itself (`--admission-filter`).
+    CacheRedirect,
+    /// No edge: every chunk straight from the origin (the yardstick of a
+    /// rejected chunk's load time).
+    Direct,
+}
+
 /// What one run does.
 #[derive(Clone, Debug)]
 pub struct RunSpec {
@@ -45,6 +60,7 @@ pub struct RunSpec {
     pub seed: u64,
     /// The dispatcher's flow table.
     pub dispatcher_flows: u32,
+    pub form: Form,
 }
 
 /// What one run measured.
@@ -193,6 +209,16 @@ pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String
     let plane = start_plane(vcdn, spec, work)?;
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
     let tb = &plane.tb;
+    let addr = |node: &str| tb.addr6(node).map_err(|e| e.to_string());
+    let target = match spec.form {
+        Form::Srv6 => s(&["--chunk-prefix", CHUNKS]),
+        Form::RouterRedirect => vec![
+            "--url".into(),
+            format!("http://[{}]:8053", addr("dispatcher")?),
+        ],
+        Form::CacheRedirect => vec!["--url".into(), format!("http://[{}]:80", addr("edge")?)],
+        Form::Direct => vec!["--url".into(), format!("http://[{}]:80", addr("origin")?)],
+    };
     let gen = |requests: u64, warm: bool| -> Result<serde_json::Value, String> {
         let report = work.join(if warm { "warmup.json" } else { "report.json" });
         let out = tb
@@ -201,10 +227,11 @@ pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String
             .args(s(&[
                 "player",
                 "--chunks",
-                "--chunk-prefix",
-                CHUNKS,
                 "--quiet",
+                "--host",
+                "video.example",
             ]))
+            .args(&target)
             .args([
                 "--catalogue".into(),
                 spec.catalogue.to_string(),
@@ -291,10 +318,15 @@ pub fn start_plane(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<Plane, St
              [srv6]\nsid = \"{d_sid}\"\ndevice = \"{}\"\nflows = {}\n\
              [[services]]\nname = \"video\"\nhostname = \"video.example\"\n\
              origin = \"http://[{origin}]:80\"\nsrv6 = {{ prefix = \"{CHUNKS}\", origin_sid = \"{o_sid}\" }}\n\
+             admission = {}\n\
              [[services.regions]]\nregion = \"pop\"\n\
              caches = [{{ address = \"[{edge}]:80\", sid = \"{e_sid}\" }}]\n",
             tb.device("dispatcher").map_err(|e| e.to_string())?,
             spec.dispatcher_flows,
+            match (spec.form, spec.filter) {
+                (Form::RouterRedirect, Some(n)) => format!("{{ filter = \"lru\", size = {n} }}"),
+                _ => "{ filter = \"none\" }".to_string(),
+            },
         ),
     )
     .map_err(|e| e.to_string())?;
@@ -323,7 +355,10 @@ pub fn start_plane(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<Plane, St
         &work.join("origin.log"),
     )?);
     procs.0.push(agent("origin", o_sid, "none".into())?);
-    let filter = spec.filter.map_or("none".to_string(), |n| n.to_string());
+    let filter = match (spec.form, spec.filter) {
+        (Form::Srv6, Some(n)) => n.to_string(),
+        _ => "none".to_string(),
+    };
     procs.0.push(agent("edge", e_sid, filter)?);
     let cache = start(
         &tb,
@@ -347,6 +382,10 @@ pub fn start_plane(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<Plane, St
             "--upstream",
             &format!("http://[{origin}]:80"),
         ]))
+        .chain(match (spec.form, spec.filter) {
+            (Form::CacheRedirect, Some(n)) => s(&["--admission-filter", &n.to_string()]),
+            _ => Vec::new(),
+        })
         .collect::<Vec<_>>(),
         &work.join("cache.log"),
     )?;
@@ -372,7 +411,7 @@ pub fn start_plane(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<Plane, St
             "router",
             "--no-dns",
             "--http",
-            "127.0.0.1:0",
+            "[::]:8053",
             "--admin",
             "127.0.0.1:9464",
             "--config",

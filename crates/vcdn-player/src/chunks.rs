@@ -56,6 +56,8 @@ pub struct ChunkLoadOptions {
     pub seed: u64,
     pub timeout: Duration,
     pub progress: bool,
+    /// The `Host` of every request (a router routes by it).
+    pub host: String,
 }
 
 /// Who served a chunk.
@@ -212,7 +214,8 @@ pub async fn run(opts: ChunkLoadOptions) -> Result<ChunkLoadReport, PlayerError>
                 let rank = zipf.rank(rng.unit());
                 let path = chunk_path(opts.object_bytes, rank);
                 let t0 = Instant::now();
-                let r = tokio::time::timeout(opts.timeout, fetch(&opts.target, &path)).await;
+                let r = tokio::time::timeout(opts.timeout, fetch(&opts.target, &opts.host, &path))
+                    .await;
                 let took = t0.elapsed();
                 done.fetch_add(1, Ordering::Relaxed);
                 if n < opts.warmup {
@@ -281,7 +284,7 @@ pub async fn run(opts: ChunkLoadOptions) -> Result<ChunkLoadReport, PlayerError>
 
 /// One chunk, fetched whole: who served it, and whether a redirect was
 /// followed.
-async fn fetch(target: &ChunkTarget, path: &str) -> Result<(Served, bool), String> {
+async fn fetch(target: &ChunkTarget, host: &str, path: &str) -> Result<(Served, bool), String> {
     let (addr, path) = match target {
         ChunkTarget::Srv6 { prefix, port } => {
             let id = vcdn_content::content_id(None, path);
@@ -290,7 +293,7 @@ async fn fetch(target: &ChunkTarget, path: &str) -> Result<(Served, bool), Strin
         }
         ChunkTarget::Http { base } => (*base, path.to_string()),
     };
-    let (status, head) = get(addr, &path).await?;
+    let (status, head) = get(addr, host, &path).await?;
     if status == 302 {
         let loc = header(&head, "location").ok_or("302 without Location")?;
         let rest = loc
@@ -300,7 +303,7 @@ async fn fetch(target: &ChunkTarget, path: &str) -> Result<(Served, bool), Strin
         let to: SocketAddr = host
             .parse()
             .map_err(|_| format!("a redirect to {host}: not an address"))?;
-        let (status, head) = get(to, if p.is_empty() { "/" } else { p }).await?;
+        let (status, head) = get(to, host, if p.is_empty() { "/" } else { p }).await?;
         if status != 200 {
             return Err(format!("status {status} after the redirect"));
         }
@@ -330,12 +333,16 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 /// GET on a new connection, read until the body's last byte (by its
 /// Content-Length, as a player reads it; to the close without one):
 /// (status, head). Only the head is kept.
-async fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+async fn get(addr: SocketAddr, host: &str, path: &str) -> Result<(u16, String), String> {
     const MAX_HEAD: usize = 16 << 10;
-    let mut s = TcpStream::connect(addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: video\r\nConnection: close\r\n\r\n").as_bytes())
+    let mut s = TcpStream::connect(addr)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let mut head = Vec::with_capacity(1024);
     let mut buf = vec![0u8; 64 << 10];
     // Until the end of the head.

@@ -101,6 +101,9 @@ pub struct PlayerArgs {
     warmup: u64,
     #[arg(long, default_value_t = 1, requires = "chunks")]
     seed: u64,
+    /// The Host of --chunks requests (the service's hostname, for a router).
+    #[arg(long, default_value = "video", requires = "chunks")]
+    host: String,
     /// HTTP load: total requests per second (open loop); without it each
     /// connection sends back to back (closed loop).
     #[arg(long, requires = "http")]
@@ -187,6 +190,7 @@ pub fn run(a: PlayerArgs) -> Result<(), String> {
             seed: a.seed,
             timeout: request_timeout,
             progress: !a.quiet,
+            host: a.host.clone(),
         };
         let report = rt
             .block_on(vcdn_player::chunks::run(opts))

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use vcdn_reproduce::content_aware::{out_dir, run, RunResult, RunSpec};
+use vcdn_reproduce::content_aware::{out_dir, run, Form, RunResult, RunSpec};
 
 /// Table III of the paper: α, hit rate (filter, baseline) %, mean chunk
 /// load time (filter, baseline) ms, edge CPU (filter, baseline) %.
@@ -72,6 +72,7 @@ fn spec(s: &Scale, alpha: f64, filter: Option<u64>) -> RunSpec {
         requests: s.requests,
         seed: 1,
         dispatcher_flows: 262_144,
+        form: Form::Srv6,
     }
 }
 
@@ -109,14 +110,21 @@ fn main() -> ExitCode {
         .cloned()
         .unwrap_or_default();
     let mut s = scale(quick);
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     if let Some(v) = value("--edge-cpus") {
         s.edge_cpus = v.parse().ok();
     }
     if let Some(v) = value("--clients") {
         s.clients = v.parse().unwrap_or(s.clients);
     }
-    let alphas: Vec<f64> = value("--alpha").map_or(vec![0.8, 0.9, 1.0, 1.1], |v| v.split(',').filter_map(|a| a.parse().ok()).collect());
+    let alphas: Vec<f64> = value("--alpha").map_or(vec![0.8, 0.9, 1.0, 1.1], |v| {
+        v.split(',').filter_map(|a| a.parse().ok()).collect()
+    });
     let work = std::env::temp_dir().join(format!("vcdn-content-aware-{}", std::process::id()));
     let go = |name: &str, sp: RunSpec| -> Result<RunResult, String> {
         eprintln!("{name}: α {} filter {:?} …", sp.alpha, sp.filter);
@@ -135,7 +143,9 @@ fn main() -> ExitCode {
         "table3" => (|| -> Result<(), String> {
             println!("| α | C1 (δ1) | hit % filter / baseline | paper | mean load ms filter / baseline | paper | edge CPU % filter / baseline | paper |");
             println!("|---|---|---|---|---|---|---|---|");
-            for (alpha, ph_f, ph_b, pl_f, pl_b, pc_f, pc_b) in PAPER_TABLE3.into_iter().filter(|r| alphas.contains(&r.0)) {
+            for (alpha, ph_f, ph_b, pl_f, pl_b, pc_f, pc_b) in
+                PAPER_TABLE3.into_iter().filter(|r| alphas.contains(&r.0))
+            {
                 let c1 = vcdn_model::filter::filter_capacity(
                     alpha,
                     s.catalogue as f64,
@@ -197,7 +207,42 @@ fn main() -> ExitCode {
             );
             Ok(())
         })(),
-        _ => Err("usage: content-aware table3|fig9|dispatcher-cost [--quick]".into()),
+        "compare" => (|| -> Result<(), String> {
+            // The three forms of the filter in one run, same bed and stream,
+            // and the origin alone as the yardstick of a rejected chunk.
+            let alpha = alphas.first().copied().unwrap_or(0.9);
+            let c1 = vcdn_model::filter::filter_capacity(
+                alpha,
+                s.catalogue as f64,
+                s.cache_chunks as f64,
+            ) as u64;
+            println!("| form | hit % | edge hit p50 ms | edge miss p50 / p90 ms | origin p50 / p90 ms | edge CPU ms per 1000 requests | redirects |");
+            println!("|---|---|---|---|---|---|---|");
+            for (name, form) in [
+                ("SRv6 (kernel)", Form::Srv6),
+                ("router 302", Form::RouterRedirect),
+                ("cache 302", Form::CacheRedirect),
+                ("origin only", Form::Direct),
+            ] {
+                let mut sp = spec(&s, alpha, Some(c1));
+                sp.form = form;
+                let r = go("compare", sp)?;
+                let n = r.report["requests"].as_f64().unwrap_or(1.0).max(1.0);
+                println!(
+                    "| {name} | {:.1} | {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.0} | {} |",
+                    100.0 * r.hit_rate(),
+                    r.load_ms("edge_hit", "p50_ms"),
+                    r.load_ms("edge_miss", "p50_ms"),
+                    r.load_ms("edge_miss", "p90_ms"),
+                    r.load_ms("origin", "p50_ms"),
+                    r.load_ms("origin", "p90_ms"),
+                    1e6 * r.edge_cpu_s / n,
+                    r.report["redirects"]
+                );
+            }
+            Ok(())
+        })(),
+        _ => Err("usage: content-aware table3|fig9|dispatcher-cost|compare [--quick]".into()),
     };
     let _ = std::fs::remove_dir_all(&work);
     match result {
