@@ -227,10 +227,7 @@ int steer_reply(struct __sk_buff *skb)
 {
 	struct ipv6hdr ip;
 	struct tcphdr tcp;
-	if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)) || ip.version != 6 ||
-	    ip.nexthdr != IPPROTO_TCP)
-		return BPF_OK;
-	if (bpf_skb_load_bytes(skb, IPV6_HDR_LEN, &tcp, sizeof(tcp)) || !(tcp.syn && tcp.ack))
+	if (parse_plain(skb, &ip, &tcp) || !(tcp.syn && tcp.ack))
 		return BPF_OK;
 	struct flow_key key = {};
 	key.client = ip.daddr;

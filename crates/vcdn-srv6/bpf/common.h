@@ -94,6 +94,20 @@ struct seen {
 #define PARSE_MALFORMED -1
 #define PARSE_NOT_TCP -2
 
+/* A plain IPv6 packet (no extension header) carrying TCP, as clients
+ * send and servers answer: 0, PARSE_NOT_TCP or PARSE_MALFORMED. */
+static __always_inline int parse_plain(struct __sk_buff *skb, struct ipv6hdr *ip,
+				       struct tcphdr *tcp)
+{
+	if (bpf_skb_load_bytes(skb, 0, ip, sizeof(*ip)) || ip->version != 6)
+		return PARSE_MALFORMED;
+	if (ip->nexthdr != IPPROTO_TCP)
+		return PARSE_NOT_TCP;
+	if (bpf_skb_load_bytes(skb, IPV6_HDR_LEN, tcp, sizeof(*tcp)))
+		return PARSE_MALFORMED;
+	return 0;
+}
+
 static __always_inline int parse_encapsulated(struct __sk_buff *skb, struct seen *s)
 {
 	if (bpf_skb_load_bytes(skb, 0, &s->outer, sizeof(s->outer)))

@@ -177,16 +177,9 @@ int dispatch(struct __sk_buff *skb)
 	struct ipv6hdr ip;
 	struct tcphdr tcp;
 
-	if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)) || ip.version != 6) {
-		count(&stats, C_MALFORMED);
-		return BPF_DROP;
-	}
-	if (ip.nexthdr != IPPROTO_TCP) {
-		count(&stats, C_NOT_TCP);
-		return BPF_DROP;
-	}
-	if (bpf_skb_load_bytes(skb, IPV6_HDR_LEN, &tcp, sizeof(tcp))) {
-		count(&stats, C_MALFORMED);
+	int r = parse_plain(skb, &ip, &tcp);
+	if (r) {
+		count(&stats, r == PARSE_NOT_TCP ? C_NOT_TCP : C_MALFORMED);
 		return BPF_DROP;
 	}
 	__u64 prefix = upper64(&ip.daddr);

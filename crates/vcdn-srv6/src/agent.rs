@@ -14,8 +14,7 @@ use std::time::Duration;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, Object, RingBuffer, RingBufferBuilder};
 use vcdn_policy::popularity::{self, PopularityEstimator};
 
-use crate::dispatcher::sum_counters;
-use crate::loader::{self, Error};
+use crate::loader::{self, handle, sum_counters, Error};
 
 #[cfg(vcdn_bpf)]
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/agent.bpf.o"));
@@ -166,14 +165,6 @@ struct FilterState {
     filter: Filter,
     /// The LRU map in the slot (kept open so it can be copied on resize).
     lru: Option<MapHandle>,
-}
-
-fn handle(obj: &Object, name: &'static str) -> Result<MapHandle, Error> {
-    let m = obj
-        .maps()
-        .find(|m| m.name() == name)
-        .ok_or_else(|| Error::map(name, "not in the object"))?;
-    MapHandle::try_from(&m).map_err(|e| Error::map(name, e))
 }
 
 impl Agent {

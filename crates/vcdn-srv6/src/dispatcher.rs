@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle, Object};
 
-use crate::loader::{self, Error};
+use crate::loader::{self, handle, sum_counters, Error};
 
 #[cfg(vcdn_bpf)]
 pub(crate) static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatcher.bpf.o"));
@@ -139,29 +139,6 @@ pub struct Dispatcher {
     flows: MapHandle,
     stats: MapHandle,
     by_prefix: HashMap<u64, Service>,
-}
-
-fn handle(obj: &Object, name: &'static str) -> Result<MapHandle, Error> {
-    let m = obj
-        .maps()
-        .find(|m| m.name() == name)
-        .ok_or_else(|| Error::map(name, "not in the object"))?;
-    MapHandle::try_from(&m).map_err(|e| Error::map(name, e))
-}
-
-pub(crate) fn sum_counters(map: &MapHandle, n: u32) -> Result<Vec<u64>, Error> {
-    (0..n)
-        .map(|i| {
-            let per_cpu = map
-                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
-                .map_err(|e| Error::map("stats", e))?
-                .unwrap_or_default();
-            Ok(per_cpu
-                .iter()
-                .map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap_or([0; 8])))
-                .sum())
-        })
-        .collect()
 }
 
 impl Dispatcher {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use libbpf_rs::{Object, ObjectBuilder, OpenObject, PrintLevel};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, Object, ObjectBuilder, OpenObject, PrintLevel};
 
 /// Where vcdn pins its programs: one directory per loaded object,
 /// `<pid>-<seq>-<name>`.
@@ -178,6 +178,31 @@ pub struct ProgramRuns {
     pub name: String,
     pub runs: u64,
     pub nanoseconds: u64,
+}
+
+/// An owned handle of `obj`'s map `name`.
+pub(crate) fn handle(obj: &Object, name: &'static str) -> Result<MapHandle, Error> {
+    let m = obj
+        .maps()
+        .find(|m| m.name() == name)
+        .ok_or_else(|| Error::map(name, "not in the object"))?;
+    MapHandle::try_from(&m).map_err(|e| Error::map(name, e))
+}
+
+/// The first `n` per-CPU counters of `map`, each summed over CPUs.
+pub(crate) fn sum_counters(map: &MapHandle, n: u32) -> Result<Vec<u64>, Error> {
+    (0..n)
+        .map(|i| {
+            let per_cpu = map
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| Error::map("stats", e))?
+                .unwrap_or_default();
+            Ok(per_cpu
+                .iter()
+                .map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap_or([0; 8])))
+                .sum())
+        })
+        .collect()
 }
 
 /// A directory of pins, removed (with its pins) when dropped; one a process

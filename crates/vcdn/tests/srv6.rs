@@ -157,6 +157,12 @@ impl Plane {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
+    /// [`Self::metric`], which must be there.
+    fn counter(&self, node: &str, name: &str) -> i64 {
+        self.metric(node, name)
+            .unwrap_or_else(|| panic!("{name} in {node}'s /metrics"))
+    }
+
     fn kill(&mut self, name: &str) {
         self.procs.retain(|(n, _)| *n != name);
     }
@@ -242,10 +248,7 @@ fn a_popular_chunk_is_served_by_the_edge_and_an_unpopular_one_by_the_origin() {
     assert_eq!(x_cache(&head), None, "{head}");
     assert!(body == b_direct);
 
-    let m = |node, name| {
-        p.metric(node, name)
-            .unwrap_or_else(|| panic!("{name} in {node}'s /metrics"))
-    };
+    let m = |node, name| p.counter(node, name);
     assert_eq!(m("edge", "vcdn_srv6_agent_accepted_total"), 2);
     assert_eq!(m("edge", "vcdn_srv6_agent_rejected_total"), 2);
     assert_eq!(m("edge", "vcdn_srv6_agent_replies_steered_total"), 2);
@@ -283,6 +286,21 @@ fn send_raw(tb: &Testbed, node: &str, packets: Vec<Vec<u8>>) {
     })
     .unwrap()
     .expect("raw packets sent");
+}
+
+/// `count` ranks (0 = most popular) of a Zipf(0.9) catalogue of `n`, from
+/// a xorshift stream seeded with `seed`.
+fn zipf_ranks(n: u64, count: u64, seed: u64) -> Vec<u64> {
+    let zipf = vcdn_player::chunks::Zipf::new(n, 0.9);
+    let mut x = seed;
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            zipf.rank((x >> 11) as f64 / (1u64 << 53) as f64)
+        })
+        .collect()
 }
 
 /// Sources outside every node's /64: answers to them go nowhere.
@@ -327,10 +345,7 @@ fn malformed_untrusted_and_unknown_packets_are_dropped_and_counted() {
         vec![srv6(trusted, &[e_sid, chunk(6)], 41, &udp)],
     );
     std::thread::sleep(Duration::from_millis(300));
-    let m = |node, name| {
-        p.metric(node, name)
-            .unwrap_or_else(|| panic!("{name} in {node}'s /metrics"))
-    };
+    let m = |node, name| p.counter(node, name);
     assert_eq!(m("edge", "vcdn_srv6_agent_malformed_total"), 1);
     assert_eq!(m("edge", "vcdn_srv6_agent_unknown_prefix_total"), 1);
     assert_eq!(m("edge", "vcdn_srv6_agent_untrusted_total"), 1);
@@ -382,23 +397,15 @@ fn the_filter_sizes_itself_live_from_the_chunks_it_is_offered() {
     let size = || p.metric("edge", "vcdn_srv6_agent_filter_size").unwrap();
     assert_eq!(size(), 100_000, "the initial size, before estimates");
     // Zipf(0.9) over 2,000 chunks, 20,000 new connections (SYNs only).
-    let weights: Vec<f64> = (1..=2_000).map(|r| 1.0 / (r as f64).powf(0.9)).collect();
-    let total: f64 = weights.iter().sum();
-    let mut cdf = Vec::with_capacity(weights.len());
-    let mut acc = 0.0;
-    for w in &weights {
-        acc += w / total;
-        cdf.push(acc);
-    }
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let packets = (0..20_000u64)
-        .map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
-            let rank = cdf.partition_point(|&c| c < u) as u64;
-            syn(nowhere(i), chunk(10_000 + rank), 1024 + (i % 60_000) as u16)
+    let packets = zipf_ranks(2_000, 20_000, 0x9e37_79b9_7f4a_7c15)
+        .into_iter()
+        .enumerate()
+        .map(|(i, rank)| {
+            syn(
+                nowhere(i as u64),
+                chunk(10_000 + rank),
+                1024 + (i % 60_000) as u16,
+            )
         })
         .collect();
     send_raw(&p.tb, "client", packets);
@@ -527,23 +534,9 @@ fn the_kernels_filter_admits_what_the_exact_lru_filter_admits() {
         .unwrap_or(300);
     let p = plane(&size.to_string(), 65_536);
     let (n, requests) = (10 * size, 40 * size);
-    let weights: Vec<f64> = (1..=n).map(|r| 1.0 / (r as f64).powf(0.9)).collect();
-    let total: f64 = weights.iter().sum();
-    let mut cdf = Vec::with_capacity(weights.len());
-    let mut acc = 0.0;
-    for w in &weights {
-        acc += w / total;
-        cdf.push(acc);
-    }
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    let ids: Vec<u64> = (0..requests)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
-            50_000 + cdf.partition_point(|&c| c < u) as u64
-        })
+    let ids: Vec<u64> = zipf_ranks(n, requests, 0x2545_f491_4f6c_dd1d)
+        .into_iter()
+        .map(|rank| 50_000 + rank)
         .collect();
     let mut exact = vcdn_policy::admission::LruFilter::new(size as usize);
     let want = ids
