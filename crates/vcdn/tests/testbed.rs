@@ -322,9 +322,11 @@ fn slow_start_doubles_per_round_trip() {
         );
     }
     // First byte one RTT after the request, last one 7 RTTs (plus the last
-    // window's serialisation).
+    // window's serialisation). The shim runs in user space: on a busy CI
+    // machine it delivered 5.4 ms late once, so the bound leaves 20 ms
+    // (a delay applied twice or not at all still fails by 80 ms or more).
     assert!(
-        (first - t0) >= rtt && (first - t0) < rtt + 5 * MS,
+        (first - t0) >= rtt && (first - t0) < rtt + 20 * MS,
         "first byte after {:?}",
         first - t0
     );
