@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! sudo target/release/andy --vcdn target/release/vcdn [--seconds 10] [--out reproduce/andy]
-//!     [--modes direct,p2p,datasink-1,...] [--clouds single,multi] [--rates 256,512,1024,2048] [--no-respawn]
+//!     [--modes direct,p2p,datasink-1,...] [--clouds single,multi] [--rates 256,512,1024,2048] [--no-respawn] [--warmup 5]
 //! ```
 //! Markdown on stdout, progress on stderr, raw CSV in `--out`.
 

@@ -131,6 +131,11 @@ impl BrokerSpec {
         }
     }
 
+    /// The heap the JVM gets: `heap_mib`, at least 128 MiB.
+    fn heap(&self) -> u32 {
+        self.heap_mib.max(128)
+    }
+
     /// `server.properties` for this spec.
     pub fn server_properties(&self) -> String {
         let data = self.data_dir.join("data");
@@ -198,10 +203,10 @@ impl BrokerSpec {
         // The log cleaner (compaction of the offsets and transaction
         // topics) allocates its dedupe buffer on the heap at start: Kafka's
         // 128 MiB default left a 256 MiB heap half full for good, so the
-        // broker ran a full collection every two seconds (200-300 ms each
+        // broker ran a full collection every two seconds (170-320 ms each
         // on half a CPU). An eighth of the heap is plenty for internal
         // topics of a few MiB.
-        let dedupe_mib = (self.heap_mib.max(128) / 8).clamp(4, 128);
+        let dedupe_mib = (self.heap() / 8).clamp(4, 128);
         let _ = writeln!(p, "log.cleaner.dedupe.buffer.size={}", dedupe_mib << 20);
         // Segments small enough for retention to act on (whole segments go).
         p.push_str("log.segment.bytes=67108864\n");
@@ -468,7 +473,7 @@ impl Broker {
         let err = out
             .try_clone()
             .map_err(|e| BrokerError::DataDir(dir.clone(), e))?;
-        let heap = self.spec.heap_mib.max(128);
+        let heap = self.spec.heap();
         let mut cmd = self.dist.java_command();
         cmd.arg(format!("-Xms{heap}m"))
             .arg(format!("-Xmx{heap}m"))
