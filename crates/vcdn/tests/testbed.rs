@@ -282,6 +282,27 @@ fn ping_and_handshake_rtts_hold_also_under_load() {
 #[test]
 fn slow_start_doubles_per_round_trip() {
     let _one = one_bed();
+    // The shim runs in user space, so a busy machine can deliver a burst a
+    // few ms late and tip part of it into the next round (CI once saw
+    // rounds 5 and 6 as 153 / 384 KB instead of 232 / 306 KB). A shim that
+    // applies a delay twice, or not at all, or drops the rate, fails every
+    // attempt; a scheduling hiccup does not fail three fresh beds in a row.
+    let mut problems = Vec::new();
+    for attempt in 1..=3 {
+        match slow_start_once() {
+            Ok(()) => return,
+            Err(p) => {
+                eprintln!("attempt {attempt}: {p}");
+                problems.push(p);
+            }
+        }
+    }
+    panic!("slow start did not double per round trip in 3 beds: {problems:#?}");
+}
+
+/// One fresh bed (fresh namespaces, so no cached TCP metrics), one 1 MB GET
+/// over a 100 ms path; the shape of the transfer, or what is wrong with it.
+fn slow_start_once() -> Result<(), String> {
     let rtt = 100 * MS;
     let spec = TestbedSpec::new(["client", "origin"])
         .unwrap()
@@ -308,32 +329,31 @@ fn slow_start_doubles_per_round_trip() {
         first - t0
     );
     // 1 MB needs 7 rounds from an initial window of 10 segments.
-    assert_eq!(rounds.len(), 7, "rounds {rounds:?}");
-    assert!(
-        (14_000..16_000).contains(&rounds[0]),
-        "initial window of 10 segments: {rounds:?}"
-    );
+    if rounds.len() != 7 {
+        return Err(format!("{} rounds, want 7: {rounds:?}", rounds.len()));
+    }
+    if !(14_000..16_000).contains(&rounds[0]) {
+        return Err(format!("initial window is not 10 segments: {rounds:?}"));
+    }
     for k in 1..5 {
         let ratio = rounds[k] as f64 / rounds[k - 1] as f64;
-        assert!(
-            (1.7..=2.3).contains(&ratio),
-            "round {} / round {k} = {ratio:.2}: {rounds:?}",
-            k + 1
-        );
+        if !(1.7..=2.3).contains(&ratio) {
+            return Err(format!(
+                "round {} / round {k} = {ratio:.2}: {rounds:?}",
+                k + 1
+            ));
+        }
     }
-    // First byte one RTT after the request, last one 7 RTTs (plus the last
-    // window's serialisation). The shim runs in user space: on a busy CI
-    // machine it delivered 5.4 ms late once, so the bound leaves 20 ms
-    // (a delay applied twice or not at all still fails by 80 ms or more).
-    assert!(
-        (first - t0) >= rtt && (first - t0) < rtt + 20 * MS,
-        "first byte after {:?}",
-        first - t0
-    );
-    assert!(
-        total >= 7 * rtt && total < 7 * rtt + 40 * MS,
-        "1 MB took {total:?}"
-    );
+    // First byte one RTT after the request (a delay applied twice or not at
+    // all is off by 80 ms or more), last one 7 RTTs plus the last window's
+    // serialisation.
+    if (first - t0) < rtt || (first - t0) >= rtt + 20 * MS {
+        return Err(format!("first byte after {:?}", first - t0));
+    }
+    if total < 7 * rtt || total >= 7 * rtt + 40 * MS {
+        return Err(format!("1 MB took {total:?}"));
+    }
+    Ok(())
 }
 
 #[test]
