@@ -24,11 +24,14 @@ const USAGE: &str = "usage: andy --vcdn PATH [--seconds N] [--out DIR] [--modes 
   --vcdn PATH     the vcdn binary (a release build)
   --seconds N     length of each latency run (default 10)
   --out DIR       where the raw CSV goes (default reproduce/andy)
-  --modes LIST    direct,p2p (default both)
+  --modes LIST    direct, p2p, datasink-N (N medium sinks, N = 1..4),
+                  datasink-large, datasink-xlarge (default direct,p2p)
   --clouds LIST   single,multi (default both)
   --rates LIST    KiB/s of the latency runs (default 256,512,1024,2048)
   --no-respawn    leave out the sink's and the tracker's respawn
-  --warmup S      unmeasured seconds at the highest rate through a new data sink (default 5)";
+  --warmup S      unmeasured seconds at the highest rate through a new data sink (default 5)
+The agents log at warn; ANDY_AGENT_LOG replaces their VCDN_LOG filter (with
+VCDN_KAFKA_DEBUG=eos,broker for librdkafka's own debug lines).";
 
 /// The multi-cloud link: the thesis's direct UDP across its VPN showed a
 /// 2 ms median one-way latency and 58.3 Mbit/s (Tables 5.1, 5.7).
@@ -179,7 +182,10 @@ impl Bed {
                 "10.78.0.0/16",
             ])
             .args(["--metrics-listen", &format!("127.0.0.1:{METRICS_PORT}")])
-            .env("VCDN_LOG", "warn")
+            .env(
+                "VCDN_LOG",
+                std::env::var("ANDY_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped());
         let mut child = cmd
             .spawn()

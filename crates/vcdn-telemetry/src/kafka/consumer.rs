@@ -233,6 +233,11 @@ fn build(
     }
     let session = o.session_timeout.as_millis().max(1);
     let mut cfg = ClientConfig::new();
+    // librdkafka's own debug contexts (`eos,broker,msg`, …) for an operator
+    // chasing a slow or stuck sink; they log at DEBUG under `librdkafka`.
+    if let Ok(contexts) = std::env::var("VCDN_KAFKA_DEBUG") {
+        cfg.set("debug", contexts);
+    }
     cfg.set("bootstrap.servers", bootstrap)
         .set("group.id", &o.group_id)
         .set("client.id", &o.client_id)

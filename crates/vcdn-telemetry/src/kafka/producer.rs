@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{
@@ -121,9 +122,61 @@ struct Context {
     /// collected here instead of being counted as failed. Bounded by the
     /// client's own queue bound.
     rescue: Mutex<Option<Vec<Rescued>>>,
+    /// Raised when librdkafka reports a failed producer-id request, for
+    /// [`hasten_producer_id`].
+    pid_failed: Arc<PidFailed>,
 }
 
-impl ClientContext for Context {}
+/// A flag and its condition variable: "the last producer-id request failed
+/// and librdkafka will retry it in 500 ms".
+#[derive(Default)]
+struct PidFailed {
+    raised: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl PidFailed {
+    fn raise(&self) {
+        *self.raised.lock() = true;
+        self.cv.notify_all();
+    }
+
+    /// Waits until raised (then lowers it and returns true) or `deadline`.
+    fn wait(&self, deadline: Instant) -> bool {
+        let mut raised = self.raised.lock();
+        while !*raised {
+            if self.cv.wait_until(&mut raised, deadline).timed_out() {
+                return false;
+            }
+        }
+        *raised = false;
+        true
+    }
+}
+
+impl ClientContext for Context {
+    /// librdkafka's log lines, as rdkafka's default forwards them; a failed
+    /// producer-id request (the only WARNING from facility `GETPID`) also
+    /// wakes [`hasten_producer_id`].
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        use RDKafkaLogLevel as L;
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            L::Warning => {
+                if fac == "GETPID" {
+                    self.pid_failed.raise();
+                }
+                tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            L::Notice | L::Info => {
+                tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            L::Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        }
+    }
+}
 
 impl ProducerContext for Context {
     type DeliveryOpaque = ();
@@ -183,9 +236,12 @@ impl Producer {
     /// cluster is away, and messages queue until it is back.
     pub fn new(bootstrap: &str, options: ProducerOptions) -> Result<Producer, SendError> {
         let counters = Arc::new(Counters::default());
-        let client = build(bootstrap, &options, &counters)?;
+        let client = Arc::new(build(bootstrap, &options, &counters)?);
+        if options.acks == Acks::All {
+            hasten_producer_id(&client);
+        }
         Ok(Producer {
-            client: RwLock::new(Arc::new(client)),
+            client: RwLock::new(client),
             counters,
             options,
             bootstrap: Mutex::new(bootstrap.to_string()),
@@ -267,6 +323,9 @@ impl Producer {
     /// how many messages were handed over.
     pub fn repoint(&self, bootstrap: &str, drain: Duration) -> Result<u64, SendError> {
         let new = Arc::new(build(bootstrap, &self.options, &self.counters)?);
+        if self.options.acks == Acks::All {
+            hasten_producer_id(&new);
+        }
         let old = std::mem::replace(&mut *self.client.write(), new.clone());
         *self.bootstrap.lock() = bootstrap.to_string();
         if old.flush(drain).is_ok() {
@@ -307,12 +366,68 @@ impl Producer {
     }
 }
 
+/// Gets an idempotent producer its producer id (PID) without waiting for
+/// librdkafka's 500 ms timer.
+///
+/// librdkafka 2.12 asks a broker for the PID only when that timer fires or
+/// when a Metadata response arrives, and it needs the PID before it sends
+/// the first message. Two things made every new producer wait the timer
+/// out once or twice (issue 19's discovery sat at 0.55–1.7 s):
+///
+/// - the first Metadata response comes over the bootstrap connection,
+///   before any broker's own connection is up, so it finds no broker to
+///   ask and re-arms the timer;
+/// - a broker that has not handed out a producer id since it started (a
+///   slave that just joined) answers the first request with
+///   `COORDINATOR_LOAD_IN_PROGRESS` while it fetches a block of ids from
+///   the controller, a few ms, and librdkafka retries on the timer.
+///
+/// A Metadata response from a broker's own connection (`orig_broker_id`
+/// ≥ 0) runs the PID request at once. So this asks for metadata until such
+/// a response comes, and again 50 ms after librdkafka reports a failed
+/// request, for at most 3 s, on a short-lived thread that lets the client
+/// go as soon as the producer is dropped.
+fn hasten_producer_id(client: &Arc<Client>) {
+    let failed = client.context().pid_failed.clone();
+    let client = Arc::downgrade(client);
+    let spawned = std::thread::Builder::new()
+        .name("kafka-pid".into())
+        .spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                let answered = {
+                    let Some(c) = client.upgrade() else { return };
+                    c.client().fetch_metadata(None, Duration::from_secs(1))
+                };
+                match answered {
+                    Ok(md) if md.orig_broker_id() >= 0 => {
+                        if !failed.wait(deadline) {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Ok(_) => {}
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        });
+    // Without the thread the PID still comes, on the timer.
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "no thread to hasten the producer id");
+    }
+}
+
 fn build(
     bootstrap: &str,
     o: &ProducerOptions,
     counters: &Arc<Counters>,
 ) -> Result<Client, SendError> {
     let mut cfg = ClientConfig::new();
+    // librdkafka's own debug contexts (`eos,broker,msg`, …) for an operator
+    // chasing a slow or stuck sink; they log at DEBUG under `librdkafka`.
+    if let Ok(contexts) = std::env::var("VCDN_KAFKA_DEBUG") {
+        cfg.set("debug", contexts);
+    }
     cfg.set("bootstrap.servers", bootstrap)
         .set("client.id", &o.client_id)
         .set("linger.ms", o.linger.as_millis().to_string())
@@ -357,6 +472,7 @@ fn build(
     let ctx = Context {
         counters: counters.clone(),
         rescue: Mutex::new(None),
+        pid_failed: Arc::default(),
     };
     cfg.create_with_context(ctx)
         .map_err(|e| SendError::Other(format!("creating the producer: {e}")))
