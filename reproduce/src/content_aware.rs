@@ -384,6 +384,8 @@ pub fn start_plane(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<Plane, St
         ]))
         .chain(match (spec.form, spec.filter) {
             (Form::CacheRedirect, Some(n)) => s(&["--admission-filter", &n.to_string()]),
+            // Each request must name the chunk its address names (421).
+            (Form::Srv6, _) => s(&["--chunk-prefix", CHUNKS]),
             _ => Vec::new(),
         })
         .collect::<Vec<_>>(),

@@ -116,6 +116,15 @@ pub struct CacheConfig {
     pub admission_filter: Option<usize>,
     /// Where filtered requests are sent (default: the upstream).
     pub admission_redirect: Option<String>,
+    /// The service's chunk /64s this cache answers on (the SRv6 data path:
+    /// its agent delivers connections for any address in them, see
+    /// `crate::chunks`). A request on a connection to a chunk address must
+    /// name that chunk, else 421. Empty: no chunk addresses, and no check.
+    pub chunk_prefixes: Vec<String>,
+    /// How paths name chunks on `chunk_prefixes`: the service's segment
+    /// template, as the router is given it. None: a path's chunk id is the
+    /// hash of the path (`vcdn_content::content_id`).
+    pub chunk_template: Option<ChunkTemplate>,
     /// Serve the hit path from io_uring when the kernel allows it (see
     /// `ring.rs`); false keeps every connection on the epoll loop.
     pub io_uring: bool,
@@ -165,6 +174,25 @@ pub struct CacheConfig {
     pub telemetry_kafka: bool,
 }
 
+/// A service's DASH segment template (`chunk_template`), as the router's
+/// `[services.template]` gives it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkTemplate {
+    /// e.g. `/vod/$Video$/$RepresentationID$/seg-$Number$.m4s`
+    pub path: String,
+    /// Representation ids (or bandwidths) in quality order.
+    #[serde(default)]
+    pub representations: Vec<String>,
+    /// Segment duration in seconds.
+    #[serde(default = "two_seconds")]
+    pub segment_duration_s: f64,
+}
+
+fn two_seconds() -> f64 {
+    2.0
+}
+
 impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
@@ -207,6 +235,8 @@ impl Default for CacheConfig {
             heuristic_max_s: 86_400,
             admission_filter: None,
             admission_redirect: None,
+            chunk_prefixes: Vec::new(),
+            chunk_template: None,
             io_uring: true,
             allow_trace: false,
             h2_max_concurrent_streams: 100,

@@ -108,8 +108,10 @@ pub(crate) async fn serve(
         max_local_error_resets: cfg.h2_max_local_error_reset_streams,
         max_client_resets: cfg.h2_max_client_resets,
     });
+    let chunk = cache.chunk_of(|| stream.get_ref().local_addr());
     let mut front = Front {
         cache: &cache,
+        chunk,
         stream,
         wire,
         peer,
@@ -262,6 +264,8 @@ struct Front<'a> {
     stream: AsyncFd<StdStream>,
     wire: Wire,
     peer: SocketAddr,
+    /// The chunk this connection was let in for (`crate::chunks`).
+    chunk: Option<u64>,
     h2: Connection,
     /// Bytes read, not yet taken by the protocol. Empty while idle.
     rbuf: BytesMut,
@@ -518,6 +522,9 @@ impl Front<'_> {
             Ok(h) => h,
             Err((code, msg)) => return self.refuse_inline(id, code, &msg),
         };
+        if let Some(why) = self.cache.misdirected(&head, self.chunk) {
+            return self.refuse_inline(id, 421, &why);
+        }
         let head_only = head.method == Method::Head;
         let cache = self.cache;
         let mut tally = HitTally::default();
@@ -617,6 +624,7 @@ impl Front<'_> {
             cache: self.cache.clone(),
             id,
             peer: self.peer,
+            chunk: self.chunk,
             tx: self.tx.clone().expect("made above"),
             credit: credit.clone(),
             limits: self.limits,
@@ -907,7 +915,7 @@ fn count_refusal(cache: &Cache, code: u16, msg: &str, peer: SocketAddr) {
     let m = &cache.metrics;
     if code == 408 {
         m.timeouts.fetch_add(1, Ordering::Relaxed);
-    } else {
+    } else if code != 421 {
         m.bad_requests.fetch_add(1, Ordering::Relaxed);
     }
     m.response(code, 0);
@@ -953,6 +961,7 @@ struct Task {
     cache: Arc<Cache>,
     id: u32,
     peer: SocketAddr,
+    chunk: Option<u64>,
     tx: Tx,
     credit: Arc<Semaphore>,
     limits: Limits,
@@ -1063,6 +1072,9 @@ impl Task {
         if body.ended {
             let head = parse_head(request.finish(Body::Whole(got.len())), &self.limits)
                 .map_err(|(c, m)| Refusal::Status(c, m))?;
+            if let Some(why) = self.cache.misdirected(&head, self.chunk) {
+                return Err(Refusal::Status(421, why));
+            }
             let head_only = head.method == Method::Head;
             let whole = got.freeze();
             let b = if whole.is_empty() {
@@ -1077,6 +1089,9 @@ impl Task {
         let length = request.content_length;
         let head = parse_head(request.finish(Body::Streamed), &self.limits)
             .map_err(|(c, m)| Refusal::Status(c, m))?;
+        if let Some(why) = self.cache.misdirected(&head, self.chunk) {
+            return Err(Refusal::Status(421, why));
+        }
         let (tx, rx) = BodyStream::channel(length, BODY_DEPTH);
         let first = got.freeze();
         let pump = async {

@@ -25,6 +25,7 @@
 
 pub mod admin;
 pub mod body;
+pub mod chunks;
 pub mod config;
 pub mod ctl;
 pub mod fetch;

@@ -73,6 +73,7 @@ pub struct Metrics {
     pub connections_total: AtomicU64,
     pub connections_refused: AtomicU64,
     pub bad_requests: AtomicU64,
+    pub misdirected: AtomicU64,
     pub timeouts: AtomicU64,
     pub upstream_requests: AtomicU64,
     pub upstream_errors: AtomicU64,
@@ -221,7 +222,7 @@ impl Metrics {
             let _ = writeln!(o, "vcdn_cache_responses_total{{class=\"{i}xx\"}} {}", g(c));
         }
         let retries = AtomicU64::new(upstream_retries);
-        let counters: [(&str, &str, &AtomicU64); 15] = [
+        let counters: [(&str, &str, &AtomicU64); 16] = [
             (
                 "vcdn_cache_body_bytes_sent_total",
                 "Body bytes sent to clients.",
@@ -241,6 +242,11 @@ impl Metrics {
                 "vcdn_cache_bad_requests_total",
                 "Requests rejected by the parser (400, 414, 431, 501, 505).",
                 &self.bad_requests,
+            ),
+            (
+                "vcdn_cache_misdirected_total",
+                "Requests on a chunk address for another chunk's path (421; the SRv6 data path).",
+                &self.misdirected,
             ),
             (
                 "vcdn_cache_client_timeouts_total",

@@ -3,7 +3,7 @@
 //! in `server` parses requests and writes the [`Reply`] this returns.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -57,6 +57,8 @@ pub struct Cache {
     /// The LRU admission filter, when configured (shared by all serving
     /// threads: they serve one content population).
     admission: Option<Mutex<LruFilter>>,
+    /// The chunk prefixes served on the SRv6 data path (`crate::chunks`).
+    chunks: Option<crate::chunks::ChunkAddresses>,
     /// Base URL filtered requests are redirected to.
     bypass_base: String,
     /// Debug builds only: requests under this path panic on purpose, so
@@ -150,6 +152,7 @@ impl Cache {
             telemetry: std::sync::OnceLock::new(),
             draining: tokio::sync::watch::channel(false).0,
             admission: cfg.admission_filter.map(|n| Mutex::new(LruFilter::new(n))),
+            chunks: crate::chunks::ChunkAddresses::new(&cfg)?,
             bypass_base: cfg
                 .admission_redirect
                 .clone()
@@ -305,6 +308,25 @@ impl Cache {
             close: !req.keep_alive,
             stats: None,
         })
+    }
+
+    /// The chunk a connection was let in for (`crate::chunks`), from its
+    /// local address: None when this cache serves no chunk prefixes (then
+    /// `local` is not called, so other caches pay no system call) or the
+    /// address is not a chunk address.
+    pub fn chunk_of(&self, local: impl FnOnce() -> std::io::Result<SocketAddr>) -> Option<u64> {
+        self.chunks.as_ref()?.of_local(local().ok()?)
+    }
+
+    /// Why `req`, on a connection let in for `chunk`, is refused (421);
+    /// counted. None when it names that chunk or `chunk` is None.
+    pub fn misdirected(&self, req: &RequestHead, chunk: Option<u64>) -> Option<String> {
+        let refused = self
+            .chunks
+            .as_ref()?
+            .misdirected(req.path_and_query(), chunk?)?;
+        self.metrics.misdirected.fetch_add(1, Ordering::Relaxed);
+        Some(refused)
     }
 
     /// What a front end can answer without the asynchronous machinery: an

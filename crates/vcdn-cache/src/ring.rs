@@ -478,6 +478,16 @@ impl Front {
             .ok()
             .and_then(|a| a.as_socket())
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        // A connection to a chunk address (`crate::chunks`) goes to the
+        // tokio loop at once, which checks each request against its chunk.
+        let on_chunk = self
+            .cache
+            .chunk_of(|| {
+                sock.local_addr()?
+                    .as_socket()
+                    .ok_or_else(|| std::io::Error::other("not an IP socket"))
+            })
+            .is_some();
         let c = RingConn {
             fd,
             peer,
@@ -491,7 +501,10 @@ impl Front {
             close_after: false,
             peer_closed: false,
             closing: false,
-            handover: None,
+            handover: on_chunk.then(|| Handover {
+                fresh: true,
+                ..Handover::default()
+            }),
             fresh: true,
         };
         let slot = match self.free.pop() {

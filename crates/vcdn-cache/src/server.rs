@@ -229,6 +229,9 @@ struct Conn<'a> {
     fresh: bool,
     /// Set when the connection turned out to speak HTTP/2: the bytes read.
     http2: Option<Bytes>,
+    /// The chunk this connection was let in for, on a chunk address
+    /// (`crate::chunks`): every request on it must name that chunk.
+    chunk: Option<u64>,
 }
 
 async fn connection(cache: &Arc<Cache>, stream: AsyncFd<StdStream>, peer: SocketAddr) {
@@ -285,8 +288,10 @@ fn serve<'a>(
     h: Handover,
 ) -> impl std::future::Future<Output = ()> + 'a {
     let cfg = &cache.cfg;
+    let chunk = cache.chunk_of(|| stream.get_ref().local_addr());
     let mut c = Conn {
         cache,
+        chunk,
         stream,
         wire,
         peer,
@@ -383,6 +388,10 @@ impl Conn<'_> {
 
     /// Answer one request. Returns whether the connection goes on.
     async fn answer(&mut self, head: RequestHead) -> std::io::Result<bool> {
+        if let Some(why) = self.cache.misdirected(&head, self.chunk) {
+            Box::pin(self.refuse(421, &why)).await?;
+            return Ok(false);
+        }
         let mut body = RequestBody::None;
         if head.body != BodyFraming::None {
             match self.body_plan(&head) {
@@ -718,11 +727,11 @@ impl Conn<'_> {
         let m = &self.cache.metrics;
         if code == 408 {
             m.timeouts.fetch_add(1, Ordering::Relaxed);
-        } else {
+        } else if code != 421 {
             m.bad_requests.fetch_add(1, Ordering::Relaxed);
         }
         m.response(code, 0);
-        tracing::debug!(peer = %self.peer, status = code, reason = msg, "request body refused");
+        tracing::debug!(peer = %self.peer, status = code, reason = msg, "request refused");
         self.send(error_reply(code, msg, true, false), false)
             .await?;
         self.linger().await;

@@ -503,6 +503,35 @@ impl SegmentTemplate {
         Ok(self)
     }
 
+    /// A service's template as its configuration states it: the path, the representation ids
+    /// in quality order (bandwidths when the path has `$Bandwidth$`), the segment duration in
+    /// seconds. The router's content ids and the cache's chunk addresses both come from this,
+    /// so that the two agree on which chunk a path names.
+    pub fn for_service(
+        path: &str,
+        representations: &[String],
+        segment_duration_s: f64,
+    ) -> Result<Self, String> {
+        let mut t = SegmentTemplate::parse(path).map_err(|e| e.to_string())?;
+        if !representations.is_empty() {
+            t = if path.contains("$Bandwidth") {
+                let bandwidths: Vec<u64> = representations
+                    .iter()
+                    .map(|r| {
+                        r.parse()
+                            .map_err(|_| format!("bandwidth '{r}' is not a number"))
+                    })
+                    .collect::<Result<_, _>>()?;
+                t.with_bandwidths(bandwidths).map_err(|e| e.to_string())?
+            } else {
+                t.with_representations(representations.iter().cloned())
+                    .map_err(|e| e.to_string())?
+            };
+        }
+        let d = ChunkDuration::from_secs_f64(segment_duration_s).map_err(|e| e.to_string())?;
+        Ok(t.with_segment_duration(d))
+    }
+
     /// Sets the duration given to every chunk of this template.
     pub fn with_segment_duration(mut self, duration: ChunkDuration) -> Self {
         self.segment_duration = duration;

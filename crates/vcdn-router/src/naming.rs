@@ -4,7 +4,6 @@
 //! when the service declares a DASH segment template and the path matches
 //! it, else a hash of the path without its query.
 
-use vcdn_content::name::ChunkDuration;
 use vcdn_content::template::SegmentTemplate;
 
 use crate::config::TemplateConfig;
@@ -16,30 +15,15 @@ pub struct Namer {
 
 impl Namer {
     pub fn new(t: Option<&TemplateConfig>) -> Result<Namer, String> {
-        let Some(t) = t else {
-            return Ok(Namer { template: None });
+        let template = match t {
+            Some(t) => Some(SegmentTemplate::for_service(
+                &t.path,
+                &t.representations,
+                t.segment_duration_s,
+            )?),
+            None => None,
         };
-        let mut tpl = SegmentTemplate::parse(&t.path).map_err(|e| e.to_string())?;
-        if !t.representations.is_empty() {
-            tpl = if t.path.contains("$Bandwidth") {
-                let bws: Vec<u64> = t
-                    .representations
-                    .iter()
-                    .map(|r| {
-                        r.parse()
-                            .map_err(|_| format!("bandwidth '{r}' is not a number"))
-                    })
-                    .collect::<Result<_, _>>()?;
-                tpl.with_bandwidths(bws).map_err(|e| e.to_string())?
-            } else {
-                tpl.with_representations(t.representations.iter().cloned())
-                    .map_err(|e| e.to_string())?
-            };
-        }
-        let d = ChunkDuration::from_secs_f64(t.segment_duration_s).map_err(|e| e.to_string())?;
-        Ok(Namer {
-            template: Some(tpl.with_segment_duration(d)),
-        })
+        Ok(Namer { template })
     }
 
     /// The content id of a request target.

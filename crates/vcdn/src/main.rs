@@ -199,6 +199,16 @@ struct CacheArgs {
     /// Where filtered requests go [default: the upstream].
     #[arg(long, env = "VCDN_ADMISSION_REDIRECT")]
     admission_redirect: Option<String>,
+    /// A chunk /64 this cache answers on (the SRv6 data path; repeat or
+    /// separate with commas): a request on a chunk address must name that
+    /// chunk, else 421. The service's segment template goes in --config
+    /// as chunk_template [default: none].
+    #[arg(
+        long = "chunk-prefix",
+        env = "VCDN_CHUNK_PREFIXES",
+        value_delimiter = ','
+    )]
+    chunk_prefixes: Vec<String>,
     /// Origin policy applied to every upstream address the cache connects
     /// to, e.g. "deny non-public, allow 127.0.0.1:9000" [default: allow all].
     #[arg(long, env = "VCDN_ORIGIN_POLICY")]
@@ -450,6 +460,9 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     }
     if a.admission_redirect.is_some() {
         c.admission_redirect = a.admission_redirect;
+    }
+    if !a.chunk_prefixes.is_empty() {
+        c.chunk_prefixes = a.chunk_prefixes;
     }
     if let Some(v) = a.origin_policy {
         c.origin_policy = v;

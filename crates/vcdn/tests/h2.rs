@@ -314,6 +314,50 @@ async fn curl_over_h2c_gets_the_answers_http1_gets() {
     }
 }
 
+/// On a chunk address (the SRv6 data path, `vcdn_cache::chunks`) only the
+/// chunk the address names is served. `::1` is chunk 1 of the prefix
+/// `::/64`, and no path hashes to 1: every request on `[::1]` names another
+/// chunk, so each front end (HTTP/1.1 on io_uring and on epoll, HTTP/2
+/// inline and through a stream's task) answers 421 and nothing goes
+/// upstream.
+#[tokio::test]
+async fn on_a_chunk_address_another_chunks_path_is_misdirected() {
+    let o = origin();
+    let up = format!("http://{}", o.addr);
+    for io_uring in ["true", "false"] {
+        let dir = tempdir(&format!("chunk-421-{io_uring}"));
+        let cfg = write_config(
+            &dir,
+            &format!("io_uring = {io_uring}\nchunk_prefixes = [\"::/64\"]\n"),
+        );
+        let c = spawn(&[
+            "cache",
+            "--listen",
+            "[::1]:0",
+            "--upstream",
+            &up,
+            "--admin",
+            "127.0.0.1:0",
+            "--admin-token",
+            TOKEN,
+            "--threads",
+            "2",
+            "--config",
+            &cfg,
+        ]);
+        let r = get(c.addr, "/size/10").await;
+        assert_eq!(r.status(), 421, "io_uring = {io_uring}");
+        let body = String::from_utf8_lossy(&r.body).into_owned();
+        assert!(body.contains("chunk 0000000000000001 only"), "{body}");
+        let (h, _) = head_and_body(&curl(&["-D", "-", &url(&c, "/size/10")]));
+        assert!(h.starts_with("http/2 421"), "{h}");
+        let (h, _) = head_and_body(&curl(&["-D", "-", "--data-binary", "x", &url(&c, "/echo")]));
+        assert!(h.starts_with("http/2 421"), "{h}");
+        assert_eq!(metric(&c, "vcdn_cache_misdirected_total").await, 3);
+        assert_eq!(metric(&c, "vcdn_cache_upstream_requests_total").await, 0);
+    }
+}
+
 #[tokio::test]
 async fn a_body_over_max_request_body_is_refused_413() {
     let o = origin();

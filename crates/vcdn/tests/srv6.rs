@@ -23,6 +23,12 @@ fn chunk(id: u64) -> Ipv6Addr {
     Ipv6Addr::from(u128::from(CHUNKS) | id as u128)
 }
 
+/// The address of the chunk `path` names (no template: the path's hash),
+/// as `vcdn player --chunks` picks it.
+fn at(path: &str) -> Ipv6Addr {
+    chunk(vcdn_content::content_id(None, path))
+}
+
 /// A SID in `node`'s /64.
 fn sid(tb: &Testbed, node: &str) -> Ipv6Addr {
     Ipv6Addr::from(u128::from(tb.addr6(node).unwrap()) | 0x100)
@@ -102,6 +108,8 @@ fn plane(edge_filter: &str, flows: u32) -> Plane {
                     "[::]:80",
                     "--threads",
                     "1",
+                    "--chunk-prefix",
+                    "2001:db8:c::/64",
                     "--upstream",
                 ])
                 .into_iter()
@@ -216,10 +224,10 @@ fn a_popular_chunk_is_served_by_the_edge_and_an_unpopular_one_by_the_origin() {
     let (_, b_direct) = get(&p.tb, origin, b);
     assert_eq!(a_direct.len(), 150_000);
 
-    // First request for chunk 1: not in the edge's filter, so the SYN goes
+    // First request for a's chunk: not in the edge's filter, so the SYN goes
     // on to the origin, which answers itself (no X-Cache).
     let t0 = Instant::now();
-    let (head, body) = get(&p.tb, chunk(1), a);
+    let (head, body) = get(&p.tb, at(a), a);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(
         x_cache(&head),
@@ -233,18 +241,18 @@ fn a_popular_chunk_is_served_by_the_edge_and_an_unpopular_one_by_the_origin() {
     );
     let first = t0.elapsed();
     // Now in the filter: the edge accepts, misses, fetches, then hits.
-    let (head, body) = get(&p.tb, chunk(1), a);
+    let (head, body) = get(&p.tb, at(a), a);
     assert_eq!(x_cache(&head).as_deref(), Some("MISS"), "{head}");
     assert!(body == a_direct);
     let t1 = Instant::now();
-    let (head, body) = get(&p.tb, chunk(1), a);
+    let (head, body) = get(&p.tb, at(a), a);
     assert_eq!(x_cache(&head).as_deref(), Some("HIT"), "{head}");
     assert!(body == a_direct);
     let hit = t1.elapsed();
     // An edge hit has no 40 ms origin path in it.
     assert!(hit < first, "hit {hit:?} vs origin {first:?}");
     // Another chunk, once: the origin.
-    let (head, body) = get(&p.tb, chunk(2), b);
+    let (head, body) = get(&p.tb, at(b), b);
     assert_eq!(x_cache(&head), None, "{head}");
     assert!(body == b_direct);
 
@@ -356,8 +364,37 @@ fn malformed_untrusted_and_unknown_packets_are_dropped_and_counted() {
     );
     assert_eq!(m("dispatcher", "vcdn_router_srv6_not_tcp_total"), 1);
     // And the path still serves.
-    let (head, _) = get(&p.tb, chunk(9), "/size/1000");
+    let (head, _) = get(&p.tb, at("/size/1000"), "/size/1000");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+/// The attack the cache's chunk check stops: a connection the filter let in
+/// for a popular chunk asks for another path, which would get that content
+/// into the edge past the filter.
+#[test]
+fn a_connection_to_a_popular_chunk_cannot_fetch_another_path_past_the_filter() {
+    let p = plane("100", 65_536);
+    let (a, b) = ("/size/3000", "/size/4000");
+    get(&p.tb, at(a), a);
+    let (head, _) = get(&p.tb, at(a), a);
+    assert_eq!(
+        x_cache(&head).as_deref(),
+        Some("MISS"),
+        "a is popular: {head}"
+    );
+    let (head, body) = get(&p.tb, at(a), b);
+    assert!(head.starts_with("HTTP/1.1 421"), "{head}");
+    let a_id = vcdn_content::content_id(None, a);
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains(&format!("{a_id:016x}")), "{body}");
+    // b was not fetched: at its own address it is a chunk the edge has not
+    // seen, which the origin answers.
+    let (head, body) = get(&p.tb, at(b), b);
+    assert_eq!(x_cache(&head), None, "{head}");
+    assert_eq!(body.len(), 4000);
+    // And a is still the edge's.
+    let (head, _) = get(&p.tb, at(a), a);
+    assert_eq!(x_cache(&head).as_deref(), Some("HIT"), "{head}");
 }
 
 #[test]
@@ -387,7 +424,7 @@ fn the_dispatchers_flow_table_stays_bounded_under_a_syn_flood() {
     );
     assert_eq!(m("vcdn_router_srv6_candidates_total"), 3_000);
     // Nothing crashed, and a client still gets its chunk.
-    let (head, _) = get(&p.tb, chunk(1), "/size/1000");
+    let (head, _) = get(&p.tb, at("/size/1000"), "/size/1000");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
 
@@ -419,7 +456,7 @@ fn the_filter_sizes_itself_live_from_the_chunks_it_is_offered() {
     assert!((130..=520).contains(&s), "resized to {s}");
     assert!(p.metric("edge", "vcdn_srv6_agent_filter_entries").unwrap() <= s);
     // Live: the path still serves, with no restart.
-    let (head, _) = get(&p.tb, chunk(10_000), "/size/1000");
+    let (head, _) = get(&p.tb, at("/size/1000"), "/size/1000");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
 
@@ -427,8 +464,8 @@ fn the_filter_sizes_itself_live_from_the_chunks_it_is_offered() {
 fn a_dead_edge_sends_new_connections_to_the_origin_after_one_retransmitted_syn() {
     let mut p = plane("100", 65_536);
     // Make chunk 7 popular at the edge.
-    get(&p.tb, chunk(7), "/size/20000");
-    let (head, _) = get(&p.tb, chunk(7), "/size/20000");
+    get(&p.tb, at("/size/20000"), "/size/20000");
+    let (head, _) = get(&p.tb, at("/size/20000"), "/size/20000");
     assert_eq!(x_cache(&head).as_deref(), Some("MISS"), "{head}");
     // The edge host dies: its link goes down, its cache and agent with it.
     let dev = p.tb.device("edge").unwrap();
@@ -444,7 +481,7 @@ fn a_dead_edge_sends_new_connections_to_the_origin_after_one_retransmitted_syn()
         .metric("dispatcher", "vcdn_router_srv6_origin_only_total")
         .unwrap();
     let t0 = Instant::now();
-    let (head, body) = get(&p.tb, chunk(7), "/size/20000");
+    let (head, body) = get(&p.tb, at("/size/20000"), "/size/20000");
     let took = t0.elapsed();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(x_cache(&head), None, "the origin answered: {head}");
