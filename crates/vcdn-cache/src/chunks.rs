@@ -35,13 +35,14 @@ impl ChunkAddresses {
             .iter()
             .map(|p| p.parse().map_err(|e| format!("chunk prefix '{p}': {e}")))
             .collect::<Result<_, String>>()?;
-        let template = match &cfg.chunk_template {
-            Some(t) => Some(
+        let template = cfg
+            .chunk_template
+            .as_ref()
+            .map(|t| {
                 SegmentTemplate::for_service(&t.path, &t.representations, t.segment_duration_s)
-                    .map_err(|e| format!("chunk_template: {e}"))?,
-            ),
-            None => None,
-        };
+            })
+            .transpose()
+            .map_err(|e| format!("chunk_template: {e}"))?;
         Ok(Some(ChunkAddresses { prefixes, template }))
     }
 

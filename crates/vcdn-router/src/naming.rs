@@ -15,14 +15,11 @@ pub struct Namer {
 
 impl Namer {
     pub fn new(t: Option<&TemplateConfig>) -> Result<Namer, String> {
-        let template = match t {
-            Some(t) => Some(SegmentTemplate::for_service(
-                &t.path,
-                &t.representations,
-                t.segment_duration_s,
-            )?),
-            None => None,
-        };
+        let template = t
+            .map(|t| {
+                SegmentTemplate::for_service(&t.path, &t.representations, t.segment_duration_s)
+            })
+            .transpose()?;
         Ok(Namer { template })
     }
 

@@ -323,28 +323,13 @@ async fn curl_over_h2c_gets_the_answers_http1_gets() {
 #[tokio::test]
 async fn on_a_chunk_address_another_chunks_path_is_misdirected() {
     let o = origin();
-    let up = format!("http://{}", o.addr);
     for io_uring in ["true", "false"] {
         let dir = tempdir(&format!("chunk-421-{io_uring}"));
         let cfg = write_config(
             &dir,
             &format!("io_uring = {io_uring}\nchunk_prefixes = [\"::/64\"]\n"),
         );
-        let c = spawn(&[
-            "cache",
-            "--listen",
-            "[::1]:0",
-            "--upstream",
-            &up,
-            "--admin",
-            "127.0.0.1:0",
-            "--admin-token",
-            TOKEN,
-            "--threads",
-            "2",
-            "--config",
-            &cfg,
-        ]);
+        let c = cache_on("[::1]:0", o.addr, &["--config", &cfg]);
         let r = get(c.addr, "/size/10").await;
         assert_eq!(r.status(), 421, "io_uring = {io_uring}");
         let body = String::from_utf8_lossy(&r.body).into_owned();

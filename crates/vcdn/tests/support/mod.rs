@@ -121,11 +121,16 @@ pub fn origin() -> Proc {
 /// A cache in front of `upstream` with an admin API and two serving threads
 /// (unless `extra` says `--threads`), plus extra flags.
 pub fn cache(upstream: SocketAddr, extra: &[&str]) -> Proc {
+    cache_on("127.0.0.1:0", upstream, extra)
+}
+
+/// [`cache`], listening on `listen`.
+pub fn cache_on(listen: &str, upstream: SocketAddr, extra: &[&str]) -> Proc {
     let up = format!("http://{upstream}");
     let mut args = vec![
         "cache",
         "--listen",
-        "127.0.0.1:0",
+        listen,
         "--upstream",
         &up,
         "--admin",
