@@ -220,6 +220,14 @@ fn metrics(cache: &Cache) -> Response {
     cache.upstream.render_tls_metrics(&mut text);
     cache.metrics.render_tls(&cache.certs.list(), &mut text);
     crate::telemetry::render(cache, &mut text);
+    if let Some(a) = cache
+        .srv6
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+    {
+        a.metrics(&mut text, "vcdn_cache_srv6");
+    }
     Response::new(200, "text/plain; version=0.0.4", text)
 }
 

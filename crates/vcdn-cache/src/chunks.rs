@@ -9,7 +9,8 @@
 //! (`vcdn_content::content_id`), or it is answered 421 Misdirected Request
 //! (RFC 9110 §15.5.20) and the connection closes.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 
 use vcdn_content::{ContentPrefix, SegmentTemplate};
 
@@ -27,6 +28,10 @@ impl ChunkAddresses {
         if cfg.chunk_prefixes.is_empty() {
             if cfg.chunk_template.is_some() {
                 return Err("chunk_template is given without chunk_prefixes".into());
+            }
+            if cfg.chunk_listen.is_some() || cfg.chunk_netns.is_some() {
+                // Chunk connections unchecked would let any path in.
+                return Err("chunk_listen and chunk_netns need chunk_prefixes".into());
             }
             return Ok(None);
         }
@@ -75,6 +80,55 @@ impl ChunkAddresses {
             None => format!("this address serves chunk {id:016x} only"),
         })
     }
+}
+
+/// Binds `n` listeners on `addr` (one per serving thread, `SO_REUSEPORT`)
+/// in the network namespace `netns`, or in this process's. A socket stays
+/// in the namespace it was made in, so a short-lived thread enters the
+/// namespace, binds, and ends; the serving threads accept from there while
+/// everything else the cache opens stays in its own namespace.
+pub fn bind_listeners(
+    addr: SocketAddr,
+    netns: Option<&str>,
+    n: usize,
+) -> Result<Vec<TcpListener>, String> {
+    let bind = move || {
+        let all = || -> std::io::Result<Vec<TcpListener>> {
+            let first = crate::server::bind_reuseport(addr)?;
+            // The others on the port the first got (port 0 picks one).
+            let at = first.local_addr()?;
+            std::iter::once(Ok(first))
+                .chain((1..n).map(|_| crate::server::bind_reuseport(at)))
+                .collect()
+        };
+        all().map_err(|e| format!("cannot listen for chunk addresses on {addr}: {e}"))
+    };
+    let Some(ns) = netns else {
+        return bind();
+    };
+    let path = if ns.contains('/') {
+        PathBuf::from(ns)
+    } else {
+        Path::new("/run/netns").join(ns)
+    };
+    let file =
+        std::fs::File::open(&path).map_err(|e| format!("chunk_netns {}: {e}", path.display()))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns(2) on an open namespace file, for this thread only.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(format!(
+                    "cannot enter the network namespace {}: {} (needs root)",
+                    path.display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+            bind()
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread binding chunk listeners panicked".into()))
+    })
 }
 
 #[cfg(test)]
@@ -147,5 +201,28 @@ mod tests {
             ..CacheConfig::default()
         };
         assert!(ChunkAddresses::new(&orphan).is_err());
+        // A chunk listener whose connections nothing would check.
+        let unchecked = CacheConfig {
+            chunk_listen: Some("[::1]:0".parse().unwrap()),
+            ..CacheConfig::default()
+        };
+        let e = ChunkAddresses::new(&unchecked).err().unwrap();
+        assert!(e.contains("need chunk_prefixes"), "{e}");
+    }
+
+    #[test]
+    fn chunk_listeners_are_bound_in_the_namespace_asked_for() {
+        let here = bind_listeners("[::1]:0".parse().unwrap(), None, 2).unwrap();
+        assert_eq!(here.len(), 2);
+        // SO_REUSEPORT: the second is on the first's port.
+        let port = here[0].local_addr().unwrap().port();
+        assert_eq!(here[1].local_addr().unwrap().port(), port);
+        let e = bind_listeners("[::1]:0".parse().unwrap(), Some("vcdn-no-such-ns"), 1)
+            .err()
+            .unwrap();
+        assert!(e.contains("/run/netns/vcdn-no-such-ns"), "{e}");
+        // This process's own namespace, by path: the same stack.
+        let own = bind_listeners("[::1]:0".parse().unwrap(), Some("/proc/self/ns/net"), 1).unwrap();
+        std::net::TcpStream::connect(own[0].local_addr().unwrap()).unwrap();
     }
 }

@@ -125,6 +125,17 @@ pub struct CacheConfig {
     /// template, as the router is given it. None: a path's chunk id is the
     /// hash of the path (`vcdn_content::content_id`).
     pub chunk_template: Option<ChunkTemplate>,
+    /// A listener for chunk addresses besides `listen`, e.g. `[::]:80`,
+    /// bound in `chunk_netns` when given: the edge's own network stack
+    /// (its agent's namespace), while the admin API and the upstream stay
+    /// in this process's. Needs `chunk_prefixes`.
+    pub chunk_listen: Option<SocketAddr>,
+    /// The network namespace `chunk_listen` is bound in: a name under
+    /// `/run/netns` or a path (`/proc/PID/ns/net`).
+    pub chunk_netns: Option<String>,
+    /// Run the edge's SRv6 agent in this process (`crate::srv6`): the LRU
+    /// filter in the kernel in front of the chunk listener.
+    pub srv6: Option<CacheSrv6>,
     /// Serve the hit path from io_uring when the kernel allows it (see
     /// `ring.rs`); false keeps every connection on the epoll loop.
     pub io_uring: bool,
@@ -172,6 +183,70 @@ pub struct CacheConfig {
     /// Also a datasink producer: once a data sink answers, records go to
     /// Kafka too (acks=all), for billing (`vcdn up --kafka` sets it).
     pub telemetry_kafka: bool,
+}
+
+/// The edge's SRv6 agent (`srv6`): its routes go in `chunk_netns`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheSrv6 {
+    /// This edge's SID (the dispatcher's segment lists name it).
+    pub sid: std::net::Ipv6Addr,
+    /// Dispatchers' SIDs; their /64s may send here.
+    pub dispatchers: Vec<std::net::Ipv6Addr>,
+    /// The device the SID is reached by and clients are answered by.
+    #[serde(default = "default_srv6_device")]
+    pub device: String,
+    /// The route to clients that gets the reply program.
+    #[serde(default = "default_srv6_clients")]
+    pub clients: String,
+    /// auto (sized from α and N estimated online and this cache's C2),
+    /// none (accept every connection: an origin gateway) or a size.
+    #[serde(default = "default_srv6_filter")]
+    pub filter: String,
+    /// Routing table of the local delivery hairpin.
+    #[serde(default = "default_srv6_table")]
+    pub table: u32,
+    /// Connections the agent remembers.
+    #[serde(default = "default_srv6_conns")]
+    pub conns: u32,
+    /// How often an auto filter is re-sized, ms.
+    #[serde(default = "default_srv6_sizing_ms")]
+    pub sizing_interval_ms: u64,
+}
+
+impl CacheSrv6 {
+    /// The defaults for `sid` trusting `dispatchers`.
+    pub fn new(sid: std::net::Ipv6Addr, dispatchers: Vec<std::net::Ipv6Addr>) -> CacheSrv6 {
+        CacheSrv6 {
+            sid,
+            dispatchers,
+            device: default_srv6_device(),
+            clients: default_srv6_clients(),
+            filter: default_srv6_filter(),
+            table: default_srv6_table(),
+            conns: default_srv6_conns(),
+            sizing_interval_ms: default_srv6_sizing_ms(),
+        }
+    }
+}
+
+fn default_srv6_device() -> String {
+    "eth0".into()
+}
+fn default_srv6_clients() -> String {
+    "::/0".into()
+}
+fn default_srv6_filter() -> String {
+    "auto".into()
+}
+fn default_srv6_table() -> u32 {
+    100
+}
+fn default_srv6_conns() -> u32 {
+    65_536
+}
+fn default_srv6_sizing_ms() -> u64 {
+    5_000
 }
 
 /// A service's DASH segment template (`chunk_template`), as the router's
@@ -237,6 +312,9 @@ impl Default for CacheConfig {
             admission_redirect: None,
             chunk_prefixes: Vec::new(),
             chunk_template: None,
+            chunk_listen: None,
+            chunk_netns: None,
+            srv6: None,
             io_uring: true,
             allow_trace: false,
             h2_max_concurrent_streams: 100,

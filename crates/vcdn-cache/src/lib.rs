@@ -42,6 +42,7 @@ pub mod reply;
 pub mod request_body;
 pub mod ring;
 pub mod server;
+pub mod srv6;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
@@ -82,6 +83,15 @@ impl Running {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         telemetry::leave(&self.cache);
+        // The node's routes go with its agent (the connections they carried
+        // are done or abandoned by now).
+        drop(
+            self.cache
+                .srv6
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
     }
 
     /// Block until the serving threads end (they do not, short of a panic).
@@ -126,6 +136,13 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                 .map_err(|e| format!("cannot listen on {listen}: {e}"))?,
         );
     }
+    // Chunk addresses (the SRv6 data path), possibly in the edge's own
+    // namespace: one per serving thread as well, on the epoll loop.
+    let mut chunk_listeners = match cfg.chunk_listen {
+        Some(a) => chunks::bind_listeners(a, cfg.chunk_netns.as_deref(), threads)?,
+        None => Vec::new(),
+    }
+    .into_iter();
     // The TLS listeners: one per serving thread as well.
     let mut tls_listeners = Vec::new();
     let mut tls_listen = None;
@@ -146,6 +163,11 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                 "TLS listener without any certificate: handshakes fail until one is pushed (PUT /tls/certificates/NAME)"
             );
         }
+    }
+    // The kernel's filter in front of the chunk listeners, once they exist.
+    if let Some(s) = &cfg.srv6 {
+        let agent = srv6::start(&cache, s)?;
+        *cache.srv6.lock().unwrap_or_else(|e| e.into_inner()) = Some(agent);
     }
     let tls_config = tls_listen.map(|_| tls::server_config(&cache));
     let mut tls_listeners = tls_listeners.into_iter();
@@ -206,6 +228,7 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
     for (i, l) in listeners.into_iter().enumerate() {
         let cache = cache.clone();
         let tls = tls_listeners.next().zip(tls_config.clone());
+        let chunk = chunk_listeners.next();
         let h = std::thread::Builder::new()
             .name(format!("vcdn-cache-{i}"))
             .spawn(move || {
@@ -224,6 +247,9 @@ pub fn start(cfg: CacheConfig) -> Result<Running, String> {
                         // TLS connections are served by the epoll loop
                         // (the io_uring front end is for plain HTTP).
                         tokio::spawn(tls::accept_loop(cache.clone(), l, config));
+                    }
+                    if let Some(l) = chunk {
+                        tokio::spawn(server::accept_loop(cache.clone(), l));
                     }
                     if i == 0 && cache.store.disk().is_some() {
                             let c = cache.clone();

@@ -49,6 +49,9 @@ pub struct Cache {
     /// incarnation in `/stats` and in its telemetry records, so that the
     /// supervisor tells a restarted cache's counters from a late record.
     pub boot_ms: u64,
+    /// The SRv6 agent, once it runs (for `/metrics`); taken at the end
+    /// of a drain, which removes its routes.
+    pub srv6: std::sync::Mutex<Option<vcdn_srv6::host::HostAgent>>,
     /// The telemetry agent, once it runs (for `/metrics`).
     pub telemetry: std::sync::OnceLock<std::sync::Arc<crate::telemetry::Publisher>>,
     /// Set when the cache shuts down: HTTP/2 connections send GOAWAY and
@@ -149,6 +152,7 @@ impl Cache {
             boot_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
+            srv6: std::sync::Mutex::new(None),
             telemetry: std::sync::OnceLock::new(),
             draining: tokio::sync::watch::channel(false).0,
             admission: cfg.admission_filter.map(|n| Mutex::new(LruFilter::new(n))),

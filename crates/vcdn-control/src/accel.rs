@@ -311,6 +311,7 @@ pub(crate) mod tests {
                     warm: Some(4),
                 }),
                 origin_ca_pem: None,
+                routing: Routing::Dns,
             },
             state: ServiceState::Active,
             created_at: 0,
@@ -332,6 +333,7 @@ pub(crate) mod tests {
                     ],
                     ..Default::default()
                 }),
+                srv6: None,
             },
             usage: Usage::default(),
             pricing: Pricing {

@@ -352,6 +352,12 @@ fn entry_point(c: &Control, s: &Service) -> Value {
         "url": format!("http://{}:{}/", s.spec.hostname, c.cfg.instance_port),
         "https_url": c.cfg.instance_tls_port.map(|p| format!("https://{}:{p}/", s.spec.hostname)),
         "http_routing": c.cfg.http_routing.map(|h| format!("http://{h}/ (send Host: {})", s.spec.hostname)),
+        "srv6": s.graph.srv6.as_ref().map(|v| json!({
+            "chunk_prefix": v.prefix,
+            "port": crate::vim::CHUNK_PORT,
+            "address_of_a_path": format!("vcdn name path --prefix {} PATH", v.prefix),
+            "offered": c.cfg.srv6,
+        })),
     })
 }
 

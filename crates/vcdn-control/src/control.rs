@@ -66,6 +66,9 @@ pub struct ControlConfig {
     /// Whether `GET /stats` may be polled at all (`vcdn up
     /// --no-stats-polling` turns it off whatever the settings say).
     pub stats_polling: bool,
+    /// Whether this platform built the SR domain (`vcdn up --srv6`) and
+    /// offers `routing: "srv6"`.
+    pub srv6: bool,
 }
 
 /// An operation's failure, mapped to an HTTP status by the API.
@@ -360,6 +363,17 @@ impl Control {
                 p.controller_fingerprint = self.cfg.api_fingerprint.clone();
                 p
             }),
+            srv6: match (&s.graph.srv6, i.role) {
+                // A platform started without --srv6 serves such a service
+                // by DNS and HTTP only (the order needed it; a restart
+                // without it loses the data path, not the service).
+                (Some(v), Role::Cache) if self.cfg.srv6 => Some(crate::vim::InstanceSrv6 {
+                    node: vcdn_srv6::domain::Node::of(&i.id),
+                    prefix: v.prefix.clone(),
+                    filter: if v.gateway.id == i.id { "none" } else { "auto" },
+                }),
+                _ => None,
+            },
         })
     }
 
@@ -507,6 +521,14 @@ impl Control {
                 names.join(", ")
             )));
         };
+        if spec.routing == Routing::Srv6 && !self.cfg.srv6 {
+            return Err(ControlError::Conflict(
+                "routing \"srv6\" is not offered here: this platform routes with DNS and HTTP \
+                 only (its operator starts vcdn up with --srv6, as root, on a host with IPv6 and \
+                 the kernel's SRv6 BPF, to offer it); order routing \"dns\""
+                    .into(),
+            ));
+        }
         let regions = self.regions().await?;
         let hosts = self.hosts().await?;
         let origin_ip = crate::accel::origin_address(&spec.origin).await;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use vcdn_http::admin_tls::AdminClient;
 use vcdn_http::client::{ClientError, ClientResponse};
-use vcdn_router::config::{AccelConfig, CacheEndpoint, ServiceConfig, ServiceRegion};
+use vcdn_router::config::{AccelConfig, CacheEndpoint, ServiceConfig, ServiceRegion, ServiceSrv6};
 
 use crate::types::{Instance, Service, ServiceState};
 
@@ -114,6 +114,15 @@ fn endpoint(i: &Instance) -> Option<CacheEndpoint> {
     })
 }
 
+/// A cache of a service routed with SRv6: its agent's SID too.
+fn srv6_endpoint(s: &Service, i: &Instance) -> Option<CacheEndpoint> {
+    let mut e = endpoint(i)?;
+    if s.graph.srv6.is_some() {
+        e.sid = Some(vcdn_srv6::domain::Node::of(&i.id).sid);
+    }
+    Some(e)
+}
+
 /// The router's record of a service: per region, its caches with their
 /// admin addresses (whose `/healthz` the router polls); for an accelerated
 /// service also its acceleration hostname, path prefixes and the ingress
@@ -160,7 +169,7 @@ pub fn router_service(s: &Service) -> ServiceConfig {
                     r.instances
                         .iter()
                         .filter(|i| i.serving())
-                        .filter_map(endpoint)
+                        .filter_map(|i| srv6_endpoint(s, i))
                         .collect()
                 },
             })
@@ -168,7 +177,10 @@ pub fn router_service(s: &Service) -> ServiceConfig {
         admission: Default::default(),
         template: None,
         accel,
-        srv6: None,
+        srv6: s.graph.srv6.as_ref().map(|v| ServiceSrv6 {
+            prefix: vcdn_srv6::domain::chunk_prefix(v.number),
+            origin_sid: vcdn_srv6::domain::Node::of(&v.gateway.id).sid,
+        }),
     }
 }
 

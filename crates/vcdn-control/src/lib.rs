@@ -74,6 +74,9 @@ pub struct UpOptions {
     /// Run a Kafka data sink and bill through it (`vcdn up --kafka`);
     /// needs telemetry.
     pub kafka: Option<KafkaPorts>,
+    /// Offer `routing: "srv6"` (`vcdn up --srv6`): build the SR domain on
+    /// this host (`vcdn_srv6::domain`) and be its dispatcher.
+    pub srv6: bool,
 }
 
 /// `vcdn up --kafka`'s broker ports (on 127.0.0.1; its data in
@@ -181,6 +184,23 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         }
     }
     rcfg.default_region = regions.first().map(|r| r.name.clone());
+    if o.srv6 {
+        // Said now, in the operator's words, not at the first order.
+        vcdn_srv6::domain::Domain::ensure().map_err(|e| {
+            format!(
+                "--srv6: cannot build the SR domain on this host: {e}. Services could not \
+                 order routing \"srv6\"; start without --srv6 to offer DNS and HTTP routing only"
+            )
+        })?;
+        rcfg.srv6 = Some(vcdn_router::config::Srv6Config {
+            sid: vcdn_srv6::domain::dispatcher_sid(),
+            device: vcdn_srv6::domain::POP_LAN.into(),
+            netns: Some(vcdn_srv6::domain::POP.into()),
+            region: None,
+            flows: 65_536,
+            idle_s: 40,
+        });
+    }
     let router_token = control::random_hex(16);
     // The router's admin API is HTTPS with a certificate of the internal
     // CA (made anew at each start), which the control plane trusts.
@@ -283,6 +303,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         api_https: api_cert.is_some(),
         api_fingerprint: api_fingerprint.clone(),
         internal_ca: Some(internal_ca),
+        srv6: o.srv6,
     };
     let control = Control::open(cfg, store, Arc::new(vim))
         .await

@@ -364,6 +364,69 @@ fn plan_accel(
     }))
 }
 
+/// What an SRv6 origin gateway gets: one vCPU and a small store. It
+/// proxies the chunks the edges' filters reject (each once per client
+/// connection), so it is shaped like a proxy, not like an edge.
+pub const GATEWAY_SHAPE: Shape = PROXY_SHAPE;
+
+/// The chunk prefix and origin gateway of an order with `routing:
+/// "srv6"`: the lowest prefix number no live service holds, and a gateway
+/// placed where an egress proxy would go (next to the origin).
+fn plan_srv6(
+    inp: &PlanInput,
+    fleet: &Fleet,
+    graph: &ServiceGraph,
+    new_id: &mut dyn FnMut() -> String,
+    now: u64,
+) -> Result<Option<Srv6Graph>, PlanError> {
+    if inp.spec.routing != Routing::Srv6 {
+        return Ok(None);
+    }
+    let taken: HashSet<u16> = inp
+        .services
+        .iter()
+        .filter(|s| s.state.live())
+        .filter_map(|s| s.graph.srv6.as_ref().map(|v| v.number))
+        .collect();
+    let number = (1..=u16::MAX)
+        .find(|n| !taken.contains(n))
+        .ok_or_else(|| PlanError::NoCapacity("every SRv6 chunk prefix is in use".into()))?;
+    let t = &inp.flavor.template;
+    let ordered: Vec<&str> = inp.spec.regions.iter().map(|d| d.region.as_str()).collect();
+    let at = egress_region(inp.origin_ip, inp.regions, &ordered, &t.allowed_regions)
+        .ok_or_else(|| PlanError::Invalid("regions: name at least one region".into()))?;
+    let region = inp
+        .regions
+        .iter()
+        .find(|r| r.name == at)
+        .ok_or_else(|| PlanError::Invalid(format!("unknown region {at}")))?;
+    let placed: Vec<Instance> = graph.instances().cloned().collect();
+    let gateway = place_in(
+        fleet,
+        region,
+        GATEWAY_SHAPE,
+        t.placement,
+        1,
+        &placed,
+        new_id,
+        now,
+    )
+    .map_err(|e| match e {
+        PlanError::NoCapacity(why) => PlanError::NoCapacity(format!("SRv6 origin gateway: {why}")),
+        e => e,
+    })?
+    .pop()
+    .ok_or_else(|| PlanError::NoCapacity("SRv6 origin gateway: not placed".into()))?;
+    Ok(Some(Srv6Graph {
+        number,
+        prefix: format!("{}/64", vcdn_srv6::domain::chunk_prefix(number)),
+        gateway: Instance {
+            location: Some(at.to_string()),
+            ..gateway
+        },
+    }))
+}
+
 /// Plans a whole service; all regions or nothing.
 pub fn plan(
     inp: &PlanInput,
@@ -427,6 +490,7 @@ pub fn plan(
         return Err(PlanError::NoCapacity(shortages.join("; ")));
     }
     graph.accel = plan_accel(inp, &fleet, &graph, new_id, now)?;
+    graph.srv6 = plan_srv6(inp, &fleet, &graph, new_id, now)?;
     Ok(graph)
 }
 
@@ -543,6 +607,7 @@ mod tests {
             lease: LeaseSpec::default(),
             acceleration: None,
             origin_ca_pem: None,
+            routing: Routing::Dns,
         }
     }
 
@@ -749,6 +814,7 @@ mod tests {
                     instances: vec![blocker],
                 }],
                 accel: None,
+                srv6: None,
             },
             usage: Usage::default(),
             pricing: Defaults::embedded().flavors[0].pricing.clone(),
@@ -764,6 +830,56 @@ mod tests {
             matches!(&e, PlanError::NoCapacity(w) if w.contains("acceleration proxy: region paris lacks 1 vCPUs")),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn an_srv6_order_gets_a_free_chunk_prefix_and_an_origin_gateway_by_the_origin() {
+        let mut s = spec(500);
+        s.routing = Routing::Srv6;
+        // The origin is a Marseille address: the gateway goes there.
+        let g = run_full(
+            &s,
+            &[],
+            &Defaults::embedded().hosts,
+            Some("127.3.0.9".parse().unwrap()),
+        )
+        .unwrap();
+        let v = g.srv6.as_ref().unwrap();
+        assert_eq!((v.number, v.prefix.as_str()), (1, "fd76:6364:c:1::/64"));
+        assert_eq!(v.gateway.role, Role::Cache);
+        assert_eq!(v.gateway.location.as_deref(), Some("marseille"));
+        assert!(v.gateway.host.starts_with("marseille-"));
+        assert_eq!(
+            (v.gateway.vcpus, v.gateway.memory_mib),
+            (GATEWAY_SHAPE.vcpus, GATEWAY_SHAPE.memory_mib)
+        );
+        assert_eq!(g.instances().filter(|i| i.id == v.gateway.id).count(), 1);
+        // A live service holds prefix 1: the next order gets 2; a deleted
+        // one gives its prefix back.
+        let mut holder = Service {
+            id: "s-1".into(),
+            customer: "x".into(),
+            spec: s.clone(),
+            state: ServiceState::Active,
+            created_at: 0,
+            lease_start: 0,
+            lease_end: 1,
+            graph: g.clone(),
+            usage: Usage::default(),
+            pricing: Defaults::embedded().flavors[0].pricing.clone(),
+            planned_vcpus: 0,
+            origin_policy: String::new(),
+            error: None,
+            hop_key: String::new(),
+            billing: Default::default(),
+            billing_from_ms: 0,
+        };
+        let next = run(&s, std::slice::from_ref(&holder)).unwrap();
+        assert_eq!(next.srv6.unwrap().number, 2);
+        holder.state = ServiceState::Deleted;
+        assert_eq!(run(&s, &[holder]).unwrap().srv6.unwrap().number, 1);
+        // Without it, none.
+        assert!(run(&spec(500), &[]).unwrap().srv6.is_none());
     }
 
     #[test]

@@ -89,6 +89,7 @@ mod tests {
                 lease: LeaseSpec::default(),
                 acceleration: None,
                 origin_ca_pem: None,
+                routing: Routing::Dns,
             },
             state: ServiceState::Active,
             created_at: 0,

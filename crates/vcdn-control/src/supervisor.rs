@@ -3,7 +3,7 @@
 //! every instance's load and usage, and scales elastic services; every
 //! hundred ticks it makes the router's services match the store's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -1109,6 +1109,17 @@ impl Control {
                 })
             })
             .await;
+        }
+        if self.cfg.srv6 {
+            // Nodes of the SR domain whose instance no record owns (their
+            // process died with the control plane, or before it).
+            let known: HashSet<&str> = owners.values().map(|(_, i)| i.as_str()).collect();
+            for id in vcdn_srv6::domain::Domain::nodes() {
+                if !known.contains(id.as_str()) {
+                    tracing::warn!(instance = %id, "removing an SR domain node no record owns");
+                    vcdn_srv6::domain::Domain::remove_node(&vcdn_srv6::domain::Node::of(&id));
+                }
+            }
         }
         for id in deleting {
             let n = self

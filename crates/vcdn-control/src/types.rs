@@ -169,6 +169,25 @@ pub struct ServiceSpec {
     /// verified against instead of the system roots (a private CA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin_ca_pem: Option<String>,
+    /// How end users reach the caches: DNS and HTTP routing (the default),
+    /// or SRv6 in the network layer as well.
+    #[serde(default)]
+    pub routing: Routing,
+}
+
+/// How a service's end users are routed to its caches.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Routing {
+    /// The router's DNS answers and HTTP redirects (with its LRU filter).
+    #[default]
+    Dns,
+    /// Also chunk addresses (the content-aware data-plane paper): every
+    /// chunk has its own IPv6 address in the service's /64, and the
+    /// dispatcher and the edges' agents choose the server on each SYN, in
+    /// the kernel; chunks the edge's filter rejects go to the service's
+    /// origin gateway. Needs a platform started with `vcdn up --srv6`.
+    Srv6,
 }
 
 /// What of a service's content rides proxy chains instead of going to the
@@ -321,23 +340,43 @@ pub struct ServiceGraph {
     /// The acceleration proxies, when ordered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accel: Option<AccelGraph>,
+    /// The chunk prefix and origin gateway, with `routing: "srv6"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srv6: Option<Srv6Graph>,
+}
+
+/// A service routed with SRv6: its chunk /64 (`vcdn name --prefix`) and
+/// its origin gateway, the last segment of every connection: a cache whose
+/// agent accepts everything, in front of the service's origin (the
+/// paper's origin server inside the SR domain).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Srv6Graph {
+    /// N of the chunk prefix `fd76:6364:c:N::/64`.
+    pub number: u16,
+    /// The chunk /64 in text (`fd76:6364:c:N::/64`).
+    pub prefix: String,
+    pub gateway: Instance,
 }
 
 impl ServiceGraph {
-    /// Every instance (caches of every region, then proxies), to change.
+    /// Every instance (caches of every region, proxies, the SRv6 origin
+    /// gateway), to change.
     pub fn instances_mut(&mut self) -> impl Iterator<Item = &mut Instance> {
         self.regions
             .iter_mut()
             .flat_map(|r| r.instances.iter_mut())
             .chain(self.accel.iter_mut().flat_map(|a| a.proxies.iter_mut()))
+            .chain(self.srv6.iter_mut().map(|v| &mut v.gateway))
     }
 
-    /// Every instance: caches of every region, then proxies.
+    /// Every instance: caches of every region, proxies, the SRv6 origin
+    /// gateway.
     pub fn instances(&self) -> impl Iterator<Item = &Instance> {
         self.regions
             .iter()
             .flat_map(|r| r.instances.iter())
             .chain(self.accel.iter().flat_map(|a| a.proxies.iter()))
+            .chain(self.srv6.iter().map(|v| &v.gateway))
     }
 
     /// The ingress proxy of an ordered region.

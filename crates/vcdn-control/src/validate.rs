@@ -482,6 +482,7 @@ mod tests {
             lease: LeaseSpec::default(),
             acceleration: None,
             origin_ca_pem: None,
+            routing: Routing::Dns,
         }
     }
 

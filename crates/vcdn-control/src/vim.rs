@@ -46,7 +46,25 @@ pub struct InstanceSpec {
     /// The telemetry agent's key file and discovery settings (caches only);
     /// none: the cache runs no agent.
     pub telemetry: Option<InstanceTelemetry>,
+    /// Chunk addresses of a service routed with SRv6 (caches only): the
+    /// instance is a node of the host's SR domain, with its own namespace
+    /// and agent; none: DNS and HTTP routing only.
+    pub srv6: Option<InstanceSrv6>,
 }
+
+/// A cache's part in the SR domain (`vcdn_srv6::domain`).
+#[derive(Debug, Clone)]
+pub struct InstanceSrv6 {
+    pub node: vcdn_srv6::domain::Node,
+    /// The service's chunk /64 (`fd76:6364:c:N::/64`).
+    pub prefix: String,
+    /// An edge's filter sizes itself (`auto`); the origin gateway accepts
+    /// every connection (`none`).
+    pub filter: &'static str,
+}
+
+/// The port chunk addresses are served on, in each node's namespace.
+pub const CHUNK_PORT: u16 = 80;
 
 /// What a cache needs to publish telemetry: the deployment's key file
 /// without the authority's private key (JSON, a secret the driver hands
@@ -160,6 +178,22 @@ pub fn command(
             flag("--threads", spec.vcpus.max(1).to_string());
             if let Some(f) = origin_ca_file {
                 flag("--origin-ca-file", f.to_string_lossy().into_owned());
+            }
+            if let Some(v) = &spec.srv6 {
+                flag("--chunk-prefix", v.prefix.clone());
+                flag(
+                    "--chunk-listen",
+                    SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, CHUNK_PORT)).to_string(),
+                );
+                flag("--chunk-netns", v.node.netns.clone());
+                flag("--srv6-sid", v.node.sid.to_string());
+                flag(
+                    "--srv6-dispatcher",
+                    vcdn_srv6::domain::dispatcher_sid().to_string(),
+                );
+                flag("--srv6-device", vcdn_srv6::domain::NODE_DEVICE.into());
+                flag("--srv6-clients", vcdn_srv6::domain::Node::clients_route());
+                flag("--srv6-filter", v.filter.into());
             }
             if let (Some(t), Some(f)) = (&spec.telemetry, files.telemetry_keys) {
                 flag("--telemetry-keys", f.to_string_lossy().into_owned());
@@ -466,6 +500,13 @@ impl Vim for LocalVim {
             (Some(t), None) => Some(self.write_telemetry_keys(&spec.id, t).map_err(err)?),
             _ => None,
         };
+        if let Some(v) = &spec.srv6 {
+            // Its own network stack in the SR domain, before the process
+            // that binds in it (idempotent: a restart finds it made).
+            vcdn_srv6::domain::Domain::ensure()
+                .and_then(|d| d.add_node(&v.node))
+                .map_err(|e| err(std::io::Error::other(format!("SR domain: {e}"))))?;
+        }
         let (procs, cpus, cpu_limit) = self.prepare_cpu(spec);
         let files = InstanceFiles {
             origin_ca: ca_file.as_deref(),
@@ -539,6 +580,15 @@ impl Vim for LocalVim {
         }
         if let Some(mut c) = child {
             let _ = c.wait();
+        }
+        // Its node in the SR domain, if it had one (routes and link go
+        // with the namespace).
+        let node = vcdn_srv6::domain::Node::of(id);
+        if std::path::Path::new("/run/netns")
+            .join(&node.netns)
+            .exists()
+        {
+            vcdn_srv6::domain::Domain::remove_node(&node);
         }
         if let Some(g) = self.cgroup_dir(id) {
             // The kernel frees the group once its last task is gone.
@@ -668,6 +718,7 @@ mod tests {
             tls_listen: None,
             admin_tls: None,
             telemetry: None,
+            srv6: None,
         }
     }
 

@@ -60,6 +60,13 @@ pub struct Srv6Config {
     pub sid: std::net::Ipv6Addr,
     /// The device encapsulated packets leave by.
     pub device: String,
+    /// The network namespace (a name under `/run/netns`) the dispatcher's
+    /// routes are set in, when it is not the router's own: `vcdn up` keeps
+    /// its router on the host and dispatches in the PoP namespace its
+    /// clients' packets cross (the programs are the kernel's, not a
+    /// namespace's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
     /// Candidates are this region's caches (the dispatcher sits in its
     /// PoP); without it, every region's.
     #[serde(default)]

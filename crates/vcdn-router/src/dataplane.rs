@@ -21,6 +21,13 @@ use vcdn_srv6::route::{self, Netns, Routes};
 use crate::config::Srv6Config;
 use crate::state::Router;
 
+/// Where the dispatcher's routes go.
+fn netns(cfg: &Srv6Config) -> Netns {
+    cfg.netns
+        .as_deref()
+        .map_or_else(Netns::current, Netns::named)
+}
+
 /// The loaded dispatcher, its routes, and what it was last told.
 pub struct DataPlane {
     cfg: Srv6Config,
@@ -45,7 +52,7 @@ impl DataPlane {
             ..DispatcherConfig::default()
         })
         .map_err(|e| format!("srv6: {e}"))?;
-        let own = route::dispatcher(&Netns::current(), &dispatcher, cfg.sid, &cfg.device)
+        let own = route::dispatcher(&netns(&cfg), &dispatcher, cfg.sid, &cfg.device)
             .map_err(|e| format!("srv6: {e}"))?;
         Ok(Arc::new(DataPlane {
             cfg,
@@ -112,7 +119,7 @@ impl DataPlane {
                     inner.prefixes.insert(prefix, (routes, sids));
                 }
                 None => match route::dispatched_prefix(
-                    &Netns::current(),
+                    &netns(&self.cfg),
                     &inner.dispatcher,
                     prefix,
                     &self.cfg.device,

@@ -47,36 +47,6 @@ impl Metrics {
     }
 }
 
-/// How often each BPF program ran and the CPU time it took (counted by the
-/// kernel while `kernel.bpf_stats_enabled` is 1), as `PREFIX_program_*`.
-pub fn program_runs(o: &mut String, prefix: &str, runs: &[vcdn_srv6::ProgramRuns]) {
-    let _ = writeln!(
-        o,
-        "# HELP {prefix}_program_runs_total Runs of each BPF program."
-    );
-    let _ = writeln!(o, "# TYPE {prefix}_program_runs_total counter");
-    for r in runs {
-        let _ = writeln!(
-            o,
-            "{prefix}_program_runs_total{{program=\"{}\"}} {}",
-            r.name, r.runs
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP {prefix}_program_seconds_total CPU time in each BPF program (0 unless kernel.bpf_stats_enabled=1)."
-    );
-    let _ = writeln!(o, "# TYPE {prefix}_program_seconds_total counter");
-    for r in runs {
-        let _ = writeln!(
-            o,
-            "{prefix}_program_seconds_total{{program=\"{}\"}} {:.9}",
-            r.name,
-            r.nanoseconds as f64 / 1e9
-        );
-    }
-}
-
 /// Prometheus text format of every counter and gauge.
 pub fn render(router: &Router) -> String {
     let m = &router.metrics;
@@ -276,7 +246,7 @@ pub fn render(router: &Router) -> String {
         let _ = writeln!(o, "# HELP vcdn_router_srv6_flow_capacity Learnt connections the SRv6 dispatcher holds at most.");
         let _ = writeln!(o, "# TYPE vcdn_router_srv6_flow_capacity gauge");
         let _ = writeln!(o, "vcdn_router_srv6_flow_capacity {capacity}");
-        program_runs(&mut o, "vcdn_router_srv6", &st.programs);
+        vcdn_srv6::render_program_runs(&mut o, "vcdn_router_srv6", &st.programs);
     }
     o
 }

@@ -27,11 +27,13 @@
 
 pub mod agent;
 pub mod dispatcher;
+pub mod domain;
+pub mod host;
 mod loader;
 pub mod packet;
 pub mod route;
 
-pub use loader::{probe, Error, ProgramRuns};
+pub use loader::{probe, render_program_runs, Error, ProgramRuns};
 
 /// The upper 64 bits of an address: a server's locator or a service's /64.
 pub fn upper64(a: std::net::Ipv6Addr) -> u64 {

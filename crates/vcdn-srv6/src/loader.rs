@@ -180,6 +180,37 @@ pub struct ProgramRuns {
     pub nanoseconds: u64,
 }
 
+/// How often each BPF program ran and the CPU time it took (counted by the
+/// kernel while `kernel.bpf_stats_enabled` is 1), as `PREFIX_program_*`.
+pub fn render_program_runs(o: &mut String, prefix: &str, runs: &[ProgramRuns]) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        o,
+        "# HELP {prefix}_program_runs_total Runs of each BPF program."
+    );
+    let _ = writeln!(o, "# TYPE {prefix}_program_runs_total counter");
+    for r in runs {
+        let _ = writeln!(
+            o,
+            "{prefix}_program_runs_total{{program=\"{}\"}} {}",
+            r.name, r.runs
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP {prefix}_program_seconds_total CPU time in each BPF program (0 unless kernel.bpf_stats_enabled=1)."
+    );
+    let _ = writeln!(o, "# TYPE {prefix}_program_seconds_total counter");
+    for r in runs {
+        let _ = writeln!(
+            o,
+            "{prefix}_program_seconds_total{{program=\"{}\"}} {:.9}",
+            r.name,
+            r.nanoseconds as f64 / 1e9
+        );
+    }
+}
+
 /// An owned handle of `obj`'s map `name`.
 pub(crate) fn handle(obj: &Object, name: &'static str) -> Result<MapHandle, Error> {
     let m = obj

@@ -66,7 +66,7 @@ impl Netns {
         run(self.command("ip").args(["-batch", "-"]), batch)
     }
 
-    fn sysctl(&self, key: &str, value: &str) -> Result<(), Error> {
+    pub(crate) fn sysctl(&self, key: &str, value: &str) -> Result<(), Error> {
         run(
             self.command("sysctl")
                 .args(["-qw", &format!("{key}={value}")]),

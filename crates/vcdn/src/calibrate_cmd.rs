@@ -98,6 +98,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             tls_listen: None,
             admin_tls: None,
             telemetry: None,
+            srv6: None,
         };
         let started = vim.start(&spec).map_err(|e| e.to_string())?;
         eprintln!(

@@ -54,7 +54,7 @@ enum Cmd {
     /// Play DASH sessions against a server and score them (start-up, stalls, MOS).
     Player(player_cmd::PlayerArgs),
     /// Run an edge cache in front of an origin or a parent cache.
-    Cache(CacheCmd),
+    Cache(Box<CacheCmd>),
     /// Run the request router: geo-DNS, HTTP routing, admission filters.
     Router(router_cmd::RouterArgs),
     /// Content names: a video chunk's 64-bit id inside an IPv6 address.
@@ -209,6 +209,37 @@ struct CacheArgs {
         value_delimiter = ','
     )]
     chunk_prefixes: Vec<String>,
+    /// Also serve chunk addresses on this address, e.g. [::]:80 (needs
+    /// --chunk-prefix) [default: only --listen].
+    #[arg(long, env = "VCDN_CHUNK_LISTEN")]
+    chunk_listen: Option<SocketAddr>,
+    /// Bind --chunk-listen in this network namespace (a name under
+    /// /run/netns, or a path): the edge's namespace that its SRv6 agent
+    /// delivers into, while the admin API and upstream stay in this one.
+    #[arg(long, env = "VCDN_CHUNK_NETNS", requires = "chunk_listen")]
+    chunk_netns: Option<String>,
+    /// Run the edge's SRv6 agent with this SID: the LRU filter in the
+    /// kernel decides on each SYN to a chunk address whether this cache
+    /// serves it (routes in --chunk-netns; needs root).
+    #[arg(long, env = "VCDN_SRV6_SID", requires = "srv6_dispatchers")]
+    srv6_sid: Option<std::net::Ipv6Addr>,
+    /// A trusted dispatcher's SID (repeat or separate with commas).
+    #[arg(
+        long = "srv6-dispatcher",
+        env = "VCDN_SRV6_DISPATCHERS",
+        value_delimiter = ','
+    )]
+    srv6_dispatchers: Vec<std::net::Ipv6Addr>,
+    /// The agent's filter: auto, none (accept all: an origin gateway) or a
+    /// size [default: auto].
+    #[arg(long, env = "VCDN_SRV6_FILTER", requires = "srv6_sid")]
+    srv6_filter: Option<String>,
+    /// The device the SID is reached by [default: eth0].
+    #[arg(long, env = "VCDN_SRV6_DEVICE", requires = "srv6_sid")]
+    srv6_device: Option<String>,
+    /// The route to clients that gets the reply program [default: ::/0].
+    #[arg(long, env = "VCDN_SRV6_CLIENTS", requires = "srv6_sid")]
+    srv6_clients: Option<String>,
     /// Origin policy applied to every upstream address the cache connects
     /// to, e.g. "deny non-public, allow 127.0.0.1:9000" [default: allow all].
     #[arg(long, env = "VCDN_ORIGIN_POLICY")]
@@ -356,11 +387,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_json);
     let result = match cli.cmd {
-        Cmd::Cache(CacheCmd {
-            ctl: Some(CacheSub::Ctl(c)),
-            ..
-        }) => run_ctl(c),
-        Cmd::Cache(CacheCmd { run, .. }) => run_cache(run),
+        Cmd::Cache(c) => match *c {
+            CacheCmd {
+                ctl: Some(CacheSub::Ctl(c)),
+                ..
+            } => run_ctl(c),
+            CacheCmd { run, .. } => run_cache(run),
+        },
         Cmd::Origin {
             listen,
             seed,
@@ -463,6 +496,21 @@ fn cache_config(a: CacheArgs) -> Result<CacheConfig, String> {
     }
     if !a.chunk_prefixes.is_empty() {
         c.chunk_prefixes = a.chunk_prefixes;
+    }
+    if a.chunk_listen.is_some() {
+        c.chunk_listen = a.chunk_listen;
+    }
+    if a.chunk_netns.is_some() {
+        c.chunk_netns = a.chunk_netns;
+    }
+    if let Some(sid) = a.srv6_sid {
+        let d = vcdn_cache::config::CacheSrv6::new(sid, a.srv6_dispatchers);
+        c.srv6 = Some(vcdn_cache::config::CacheSrv6 {
+            filter: a.srv6_filter.unwrap_or(d.filter.clone()),
+            device: a.srv6_device.unwrap_or(d.device.clone()),
+            clients: a.srv6_clients.unwrap_or(d.clients.clone()),
+            ..d
+        });
     }
     if let Some(v) = a.origin_policy {
         c.origin_policy = v;

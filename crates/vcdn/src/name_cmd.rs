@@ -21,6 +21,16 @@ pub enum NameCmd {
         #[arg(long)]
         duration: String,
     },
+    /// Print the chunk address of a URL path on a service's chunk prefix
+    /// (a service routed with SRv6 without a segment template: the id is
+    /// the path's hash, as the player and the caches compute it).
+    Path {
+        /// The service's chunk /64 (its entry point's `srv6.chunk_prefix`).
+        #[arg(long)]
+        prefix: String,
+        /// e.g. /video/seg-1.m4s
+        path: String,
+    },
     /// Print the fields of a chunk address (or of a 16-hex-digit id).
     Decode { address: String },
 }
@@ -38,6 +48,12 @@ pub fn run(cmd: NameCmd) -> Result<(), String> {
             let d: ChunkDuration = duration.parse().map_err(|e| format!("--duration: {e}"))?;
             let name = ChunkName::new(video, chunk, quality, d).map_err(|e| e.to_string())?;
             println!("{}", prefix.address(name.id()));
+            Ok(())
+        }
+        NameCmd::Path { prefix, path } => {
+            let prefix: ContentPrefix = prefix.parse().map_err(|e| format!("--prefix: {e}"))?;
+            let id = vcdn_content::content_id(None, &path);
+            println!("{}", prefix.address(ChunkId(id)));
             Ok(())
         }
         NameCmd::Decode { address } => {

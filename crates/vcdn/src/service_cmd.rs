@@ -82,6 +82,11 @@ enum ServiceCmd {
         /// The name clients of accelerated paths resolve [default: dyn.HOSTNAME].
         #[arg(long, value_name = "NAME")]
         accel_hostname: Option<String>,
+        /// How users reach the caches: dns (DNS and HTTP routing) or srv6
+        /// (also every chunk at its own IPv6 address, dispatched in the
+        /// kernel; the platform must offer it) [default: dns].
+        #[arg(long, value_parser = ["dns", "srv6"])]
+        routing: Option<String>,
     },
     /// Your services.
     List,
@@ -342,6 +347,18 @@ fn show(v: &Value) -> String {
         when(&v["lease"]["start"]),
         when(&v["lease"]["end"]),
     );
+    if let Some(p) = e["srv6"]["chunk_prefix"].as_str() {
+        let g = &v["graph"]["srv6"]["gateway"];
+        out.push_str(&format!(
+            "chunks    {p} port {} (a path's address: {})\ngateway   {} on {} ({}, pid {})\n",
+            s(&e["srv6"]["port"]),
+            s(&e["srv6"]["address_of_a_path"]),
+            s(&g["id"]),
+            s(&g["host"]),
+            s(&g["state"]),
+            s(&g["pid"]),
+        ));
+    }
     let c = &v["cost"];
     out.push_str(&format!(
         "cost      {} {} ({}: base {}, extra {}); {} vCPU-h, {} requests, {} bytes\n\n",
@@ -448,6 +465,7 @@ pub fn run_service(a: ServiceArgs) -> Result<(), String> {
             accelerate,
             accelerate_uncacheable,
             accel_hostname,
+            routing,
         } => {
             let mut body = json!({
                 "name": name, "origin": origin, "hostname": hostname, "flavor": flavor,
@@ -465,6 +483,9 @@ pub fn run_service(a: ServiceArgs) -> Result<(), String> {
                     "uncacheable": accelerate_uncacheable,
                     "hostname": accel_hostname,
                 });
+            }
+            if let Some(r) = routing {
+                body["routing"] = json!(r);
             }
             let v = c.call("POST", "/v1/services", Some(&body))?;
             if c.json {

@@ -6,12 +6,12 @@
 use std::io::{Read, Write};
 use std::net::{Ipv6Addr, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use vcdn_http::serve::{Handler, Request, Response, ServeConfig};
-use vcdn_srv6::agent::{Agent, AgentConfig, Filter, SelfSizing};
-use vcdn_srv6::route::{self, Netns};
+use vcdn_srv6::host::{FilterChoice, HostAgent, HostConfig};
+use vcdn_srv6::route::Netns;
 
 #[derive(Args)]
 pub struct Srv6AgentArgs {
@@ -57,85 +57,31 @@ pub struct Srv6AgentArgs {
     admin: SocketAddr,
 }
 
-/// The size an auto filter starts with, before estimates exist (the
-/// router's initial size).
-const INITIAL: u32 = vcdn_router::state::INITIAL_FILTER_SIZE as u32;
-
 pub fn run(a: Srv6AgentArgs) -> Result<(), String> {
-    let (filter, auto) = match a.filter.as_str() {
-        "auto" => {
-            if a.cache_admin.is_none() && a.cache_objects.is_none() {
-                return Err("--filter auto needs --cache-admin or --cache-objects (C2)".into());
-            }
-            (Filter::Lru(INITIAL), true)
-        }
-        "none" => (Filter::AcceptAll, false),
-        n => (
-            Filter::Lru(
-                n.parse()
-                    .map_err(|_| format!("--filter {n}: give auto, none or a size"))?,
-            ),
-            false,
-        ),
-    };
-    vcdn_srv6::probe().map_err(|e| e.to_string())?;
-    let agent = Agent::load(&AgentConfig {
+    let filter: FilterChoice = a.filter.parse()?;
+    if filter == FilterChoice::Auto && a.cache_admin.is_none() && a.cache_objects.is_none() {
+        return Err("--filter auto needs --cache-admin or --cache-objects (C2)".into());
+    }
+    let (cache_admin, cache_objects) = (a.cache_admin, a.cache_objects);
+    let host = HostAgent::start(HostConfig {
         sid: a.sid,
+        prefixes: a.prefixes.clone(),
+        dispatchers: a.dispatchers.clone(),
+        netns: Netns::current(),
+        device: a.device.clone(),
+        clients: a.clients.clone(),
         table: a.table,
         filter,
         conns: a.conns,
+        sizing_interval: Duration::from_millis(a.sizing_interval_ms),
+        cache_objects: Box::new(move || {
+            cache_admin
+                .and_then(cache_capacity_objects)
+                .or(cache_objects)
+        }),
     })
     .map_err(|e| e.to_string())?;
-    for p in &a.prefixes {
-        agent.serve_prefix(*p).map_err(|e| e.to_string())?;
-    }
-    for d in &a.dispatchers {
-        agent.trust_dispatcher(*d).map_err(|e| e.to_string())?;
-    }
-    let routes = route::agent(
-        &Netns::current(),
-        &agent,
-        a.table,
-        &a.prefixes,
-        &a.device,
-        &a.clients,
-    )
-    .map_err(|e| e.to_string())?;
-    let agent = Arc::new(agent);
-    if auto {
-        let (agent, every) = (
-            agent.clone(),
-            Duration::from_millis(a.sizing_interval_ms.max(10)),
-        );
-        let (cache_admin, cache_objects) = (a.cache_admin, a.cache_objects);
-        let mut sampler = agent.sampler().map_err(|e| e.to_string())?;
-        std::thread::Builder::new()
-            .name("srv6-sizing".into())
-            .spawn(move || {
-                let mut sizing = SelfSizing::new(cache_objects.unwrap_or(0));
-                let mut next = Instant::now() + every;
-                loop {
-                    let _ = sampler.poll(Duration::from_millis(100), |id| sizing.observe(id));
-                    if Instant::now() < next {
-                        continue;
-                    }
-                    next = Instant::now() + every;
-                    if let Some(c2) = cache_admin.and_then(cache_capacity_objects) {
-                        sizing.cache_objects = c2;
-                    }
-                    if sizing.cache_objects == 0 {
-                        continue;
-                    }
-                    if let Some(f) = sizing.decide(agent.filter()) {
-                        tracing::info!(from = ?agent.filter(), to = ?f, "resizing the SRv6 LRU filter");
-                        if let Err(e) = agent.set_filter(f) {
-                            tracing::warn!(error = %e, "cannot resize the filter");
-                        }
-                    }
-                }
-            })
-            .map_err(|e| e.to_string())?;
-    }
+    let host = Arc::new(host);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -150,16 +96,14 @@ pub fn run(a: Srv6AgentArgs) -> Result<(), String> {
             a.sid
         );
         let _ = std::io::stdout().flush();
-        let serve = vcdn_http::serve::serve(l, ServeConfig::default(), handler(agent));
+        let serve = vcdn_http::serve::serve(l, ServeConfig::default(), handler(host));
         tokio::select! {
             _ = serve => {}
             _ = tokio::signal::ctrl_c() => {}
             _ = terminated() => {}
         }
         Ok::<(), String>(())
-    })?;
-    drop(routes);
-    Ok(())
+    })
 }
 
 async fn terminated() {
@@ -168,47 +112,24 @@ async fn terminated() {
     }
 }
 
-fn handler(agent: Arc<Agent>) -> Handler {
+fn handler(host: Arc<HostAgent>) -> Handler {
     Arc::new(move |req: Request| {
         let path = String::from_utf8_lossy(req.head.path()).into_owned();
         let r = match path.as_str() {
             "/healthz" => Response::new(
                 200,
                 "application/json",
-                format!("{{\"status\":\"ok\",\"sid\":\"{}\"}}\n", agent.sid()),
+                format!("{{\"status\":\"ok\",\"sid\":\"{}\"}}\n", host.agent().sid()),
             ),
-            "/metrics" => Response::new(200, "text/plain; version=0.0.4", metrics(&agent)),
+            "/metrics" => {
+                let mut o = String::new();
+                host.metrics(&mut o, "vcdn_srv6_agent");
+                Response::new(200, "text/plain; version=0.0.4", o)
+            }
             _ => Response::problem(404, "this agent serves /metrics and /healthz"),
         };
         Box::pin(async move { r })
     })
-}
-
-fn metrics(agent: &Agent) -> String {
-    use std::fmt::Write as _;
-    let mut o = String::new();
-    if let Ok(s) = agent.stats() {
-        for (name, help, v) in s.fields() {
-            let _ = writeln!(o, "# HELP vcdn_srv6_agent_{name}_total {help}.");
-            let _ = writeln!(o, "# TYPE vcdn_srv6_agent_{name}_total counter");
-            let _ = writeln!(o, "vcdn_srv6_agent_{name}_total {v}");
-        }
-    }
-    let size = match agent.filter() {
-        Filter::Lru(n) => n as i64,
-        Filter::AcceptAll => -1,
-    };
-    let _ = writeln!(o, "# HELP vcdn_srv6_agent_filter_size Capacity of the LRU filter in chunk ids (-1: no filter).");
-    let _ = writeln!(o, "# TYPE vcdn_srv6_agent_filter_size gauge");
-    let _ = writeln!(o, "vcdn_srv6_agent_filter_size {size}");
-    let _ = writeln!(
-        o,
-        "# HELP vcdn_srv6_agent_filter_entries Chunk ids in the LRU filter."
-    );
-    let _ = writeln!(o, "# TYPE vcdn_srv6_agent_filter_entries gauge");
-    let _ = writeln!(o, "vcdn_srv6_agent_filter_entries {}", agent.filter_len());
-    vcdn_router::metrics::program_runs(&mut o, "vcdn_srv6_agent", &agent.program_runs());
-    o
 }
 
 /// The cache's capacity in objects of its mean size (C2), from its

@@ -89,6 +89,12 @@ pub struct UpArgs {
     /// that scripts/kafka.sh fetches.
     #[arg(long, env = "VCDN_KAFKA")]
     kafka: bool,
+    /// Offer routing "srv6" (chunk addresses dispatched in the kernel):
+    /// build the SR domain on this host (a PoP namespace with the
+    /// dispatcher, a namespace per edge; needs root, IPv6 and the kernel's
+    /// SRv6 BPF, or vcdn up says which is missing and stops).
+    #[arg(long, env = "VCDN_SRV6")]
+    srv6: bool,
     /// The Kafka broker's client port (with --kafka).
     #[arg(long, default_value_t = 9092, env = "VCDN_KAFKA_PORT")]
     kafka_port: u16,
@@ -156,6 +162,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
                 },
             ),
             stats_polling: !a.no_stats_polling,
+            srv6: a.srv6,
             kafka: a.kafka.then_some(vcdn_control::KafkaPorts {
                 port: a.kafka_port,
                 controller_port: a.kafka_controller_port,
@@ -190,6 +197,14 @@ pub fn run(a: UpArgs) -> Result<(), String> {
         println!("  DNS            {dns} (udp and tcp)");
         if let Some(h) = up.http {
             println!("  HTTP routing   http://{h}");
+        }
+        if a.srv6 {
+            println!(
+                "  SRv6           dispatcher {} in namespace {}; chunk addresses {}/48 routed from this host (routing \"srv6\" offered)",
+                vcdn_srv6::domain::dispatcher_sid(),
+                vcdn_srv6::domain::POP,
+                vcdn_srv6::domain::chunk_block()
+            );
         }
         println!("  router admin   https://{} (certificate of the internal CA, {})", up.router_admin, a.data_dir.join(vcdn_control::pki::CA_CERT).display());
         println!("  store          {} in {}", up.control.store.engine(), a.data_dir.display());
@@ -272,6 +287,9 @@ Watch the demo's video (a test pattern, made with ffmpeg in about a minute when 
         println!("vcdn up: stopping (cache instances keep running)");
         if let Some(k) = up.kafka.take() {
             k.stop().await;
+        }
+        if a.srv6 && vcdn_srv6::domain::Domain::remove_if_unused() {
+            println!("vcdn up: no service routes with SRv6: the SR domain is removed");
         }
         Ok(())
     });

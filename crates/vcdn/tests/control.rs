@@ -524,6 +524,18 @@ async fn the_api_keeps_customers_apart_and_explains_errors() {
         403
     );
 
+    // Routing in the network layer is not offered by a platform started
+    // without --srv6: 409, saying why and what to order instead.
+    let mut srv6 = spec.clone();
+    srv6["routing"] = json!("srv6");
+    let (st, p, ct) = up.call(&a, "POST", "/v1/services", Some(srv6)).await;
+    assert_eq!((st, ct.as_str()), (409, "application/problem+json"), "{p}");
+    let why = p["detail"].as_str().unwrap();
+    assert!(
+        why.contains("--srv6") && why.contains("routing \"dns\""),
+        "{why}"
+    );
+
     // The request, as is, from customer A.
     let (st, s, _) = up
         .call(&a, "POST", "/v1/services", Some(spec.clone()))
@@ -1011,6 +1023,11 @@ async fn players_report_their_mos_and_the_service_scales_out() {
 /// Requests a cache has answered, from its /metrics (HTTPS, trusting
 /// `vcdn up`'s internal CA in `dir`).
 async fn cache_requests(dir: &std::path::Path, admin: &str) -> u64 {
+    cache_metric(dir, admin, "vcdn_cache_requests_total{").await
+}
+
+/// The sum of an instance's metric lines that start with `name`.
+async fn cache_metric(dir: &std::path::Path, admin: &str, name: &str) -> u64 {
     let ca = vcdn_http::tls::parse_chain(&std::fs::read(dir.join("ca.crt")).unwrap()).unwrap();
     let r = client::request_url(
         &format!("https://{admin}"),
@@ -1025,7 +1042,7 @@ async fn cache_requests(dir: &std::path::Path, admin: &str) -> u64 {
     .expect("metrics");
     r.text()
         .lines()
-        .filter(|l| l.starts_with("vcdn_cache_requests_total{"))
+        .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
@@ -1662,6 +1679,224 @@ async fn a_postgresql_store_emptied_while_running_is_reported_and_not_started_af
     assert!(!out.status.success(), "{err}");
     assert!(
         err.contains("missing or empty") && err.contains("--reinitialise-store"),
+        "{err}"
+    );
+}
+
+/// A service that orders routing "srv6" on a platform started with
+/// `--srv6` (as root): every chunk has its own address in the service's
+/// /64, and the kernel chooses the server on each SYN. A chunk seen for the
+/// first time is rejected by the edge's filter and served by the origin
+/// gateway; seen again, the edge admits and serves it (MISS, then HIT). A
+/// request for another chunk's path on a chunk's address is refused 421.
+/// Deleting the service removes its nodes from the SR domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_routed_with_srv6_is_served_at_chunk_addresses_through_the_kernels_filter() {
+    use vcdn_content::{content_id, ChunkId, ContentPrefix};
+    /// The SR domain is removed whatever the outcome (dropped after `up`,
+    /// whose instances keep their nodes while they run).
+    struct Cleanup;
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for e in std::fs::read_dir("/run/netns")
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n == "vcdn-pop" || n.starts_with("vcdn-sr-") {
+                    let _ = Command::new("ip").args(["netns", "del", &n]).status();
+                }
+            }
+        }
+    }
+    let _cleanup = Cleanup;
+    let model_dir = tempdir("control-srv6-model");
+    let model = support::small_capacity_model(&model_dir);
+    let up = Up::start("control-srv6", &["--capacity-model", &model, "--srv6"]);
+    let (ok, out, err) = up.cli(&[
+        "service",
+        "create",
+        "chunks",
+        "--origin",
+        &up.origin_url(),
+        "--hostname",
+        "chunks.demo.example",
+        "--flavor",
+        "elastic",
+        "--region",
+        "paris=10",
+        "--lease",
+        "1h",
+        "--routing",
+        "srv6",
+    ]);
+    assert!(ok, "create failed: {err}");
+    assert!(out.contains("state     active"), "{out}");
+    assert!(
+        out.contains("chunks    fd76:6364:c:"),
+        "the entry point names the chunk prefix: {out}"
+    );
+    let s = up.service("chunks").await;
+    let prefix: ContentPrefix = s["entry_point"]["srv6"]["chunk_prefix"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let edge = instances(&s, "paris")[0].clone();
+    let gateway = s["graph"]["srv6"]["gateway"].clone();
+    let node = |i: &Value| {
+        std::path::Path::new("/run/netns").join(format!("vcdn-sr-{}", i["id"].as_str().unwrap()))
+    };
+    assert!(
+        node(&edge).exists() && node(&gateway).exists(),
+        "a namespace per node"
+    );
+    let metric = |i: &Value, name: &'static str| {
+        let admin = i["admin"].as_str().unwrap().to_string();
+        let dir = up.dir.0.clone();
+        async move { cache_metric(&dir, &admin, name).await }
+    };
+    let at =
+        |path: &str| SocketAddr::new(prefix.address(ChunkId(content_id(None, path))).into(), 80);
+    // `vcdn name path` gives customers the same address.
+    let named = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(["name", "path", "--prefix"])
+        .arg(s["entry_point"]["srv6"]["chunk_prefix"].as_str().unwrap())
+        .arg("/size/5000")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&named.stdout).trim(),
+        at("/size/5000").ip().to_string()
+    );
+    let get = |path: &'static str| async move {
+        client::request(
+            at(path),
+            "GET",
+            path,
+            &[("Host", "chunks.demo.example")],
+            b"",
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("a chunk address answers")
+    };
+
+    // Until the router's health checks make the edge a candidate, the
+    // dispatcher sends chunks to the gateway alone; then a new chunk is
+    // one the edge's filter has not seen, and rejects.
+    let tries = std::sync::atomic::AtomicU64::new(0);
+    let candidate = eventually(15, || async {
+        let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = format!("/size/{}", 100 + n);
+        let addr = at(&path);
+        let r = client::request(
+            addr,
+            "GET",
+            &path,
+            &[("Host", "chunks.demo.example")],
+            b"",
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("a chunk address answers");
+        assert_eq!(r.status(), 200);
+        metric(&edge, "vcdn_cache_srv6_rejected_total").await > 0
+    })
+    .await;
+    assert!(
+        candidate,
+        "the edge never became a candidate of the dispatcher"
+    );
+    let (accepted, rejected, passed, served) = (
+        metric(&edge, "vcdn_cache_srv6_accepted_total").await,
+        metric(&edge, "vcdn_cache_srv6_rejected_total").await,
+        metric(&gateway, "vcdn_cache_srv6_last_total").await,
+        metric(&edge, "vcdn_cache_requests_total{").await,
+    );
+
+    // Seen for the first time: the edge's filter passes the SYN on, the
+    // origin gateway answers.
+    let first = get("/size/5000").await;
+    assert_eq!((first.status(), first.body.len()), (200, 5000));
+    assert_eq!(
+        metric(&edge, "vcdn_cache_srv6_rejected_total").await,
+        rejected + 1
+    );
+    // (The gateway accepts every packet as the last segment.)
+    let passed_now = metric(&gateway, "vcdn_cache_srv6_last_total").await;
+    assert!(passed_now > passed, "the gateway took the connection");
+    assert_eq!(
+        metric(&edge, "vcdn_cache_requests_total{").await,
+        served,
+        "a rejected chunk costs the edge no request"
+    );
+    // Seen again: admitted, the edge serves it, then from its store.
+    let second = get("/size/5000").await;
+    assert_eq!(second.body.len(), 5000);
+    assert!(second.header("x-cache").unwrap().starts_with("MISS"));
+    let third = get("/size/5000").await;
+    assert!(third.header("x-cache").unwrap().starts_with("HIT"));
+    assert_eq!(
+        metric(&edge, "vcdn_cache_srv6_accepted_total").await,
+        accepted + 2
+    );
+    assert_eq!(
+        metric(&gateway, "vcdn_cache_srv6_last_total").await,
+        passed_now,
+        "admitted chunks do not reach the gateway"
+    );
+
+    // Another chunk's path on this chunk's address: 421, not fetched.
+    let wrong = client::request(
+        at("/size/5000"),
+        "GET",
+        "/size/6000",
+        &[("Host", "chunks.demo.example")],
+        b"",
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert_eq!(wrong.status(), 421, "{}", wrong.text());
+
+    // Deleted: its nodes leave the SR domain.
+    let (ok, _, err) = up.cli(&["service", "delete", "chunks"]);
+    assert!(ok, "{err}");
+    let gone = eventually(10, || async {
+        !node(&edge).exists() && !node(&gateway).exists()
+    })
+    .await;
+    assert!(gone, "the service's namespaces are removed");
+}
+
+/// `vcdn up --srv6` without the rights to build the SR domain (here: not
+/// root) does not start, and says what it lacks and how to start instead.
+#[test]
+fn srv6_without_root_is_refused_at_start_saying_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir("control-srv6-nobody");
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let port = || format!("127.0.0.1:{}", free_port());
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_vcdn"))
+        .arg("up")
+        .arg("--data-dir")
+        .arg(dir.join("up"))
+        .args(["--srv6", "--plain-http", "--api", &port(), "--dns", &port()])
+        .args(["--http", &port(), "--router-admin", &port()])
+        .env("VCDN_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv (util-linux) runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started without root: {err}");
+    assert!(
+        err.contains("--srv6")
+            && err.contains("not running as root")
+            && err.contains("start without --srv6"),
         "{err}"
     );
 }
