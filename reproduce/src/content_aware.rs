@@ -60,6 +60,10 @@ pub struct RunSpec {
     pub seed: u64,
     /// The dispatcher's flow table.
     pub dispatcher_flows: u32,
+    /// Delay added to every packet the client sends, ms: the client's
+    /// distance from the PoP (0: the paper's single fabric). A 302 costs a
+    /// round trip of it, the SRv6 path none.
+    pub client_ms: u64,
     pub form: Form,
 }
 
@@ -75,12 +79,16 @@ pub struct RunResult {
     pub wall_s: f64,
     /// Objects the cache held at the end (the effective C2).
     pub cache_objects: u64,
+    /// CPU seconds of the edge agent's programs in the kernel during the
+    /// measured phase (0 unless `kernel.bpf_stats_enabled` is 1).
+    pub edge_kernel_s: f64,
 }
 
 impl RunResult {
-    /// Edge CPU load in % of one core over the measured phase.
+    /// Edge CPU load over the measured phase, in % of what the edge may
+    /// use (its quota, as the paper's % of its VM; one core without one).
     pub fn edge_cpu_pct(&self) -> f64 {
-        100.0 * self.edge_cpu_s / self.wall_s.max(1e-9)
+        100.0 * self.edge_cpu_s / self.wall_s.max(1e-9) / self.spec.edge_cpus.unwrap_or(1.0)
     }
 
     pub fn hit_rate(&self) -> f64 {
@@ -268,12 +276,24 @@ pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String
     if spec.warmup > 0 {
         gen(spec.warmup, true)?;
     }
-    let (cpu0, t0) = (cpu_seconds(plane.cache_pid), Instant::now());
+    let kernel = || {
+        ["agent", "steer_reply"]
+            .iter()
+            .filter_map(|p| {
+                plane.metric(
+                    "edge",
+                    &format!("vcdn_srv6_agent_program_seconds_total{{program=\"{p}\"}}"),
+                )
+            })
+            .sum::<f64>()
+    };
+    let (cpu0, kernel0, t0) = (cpu_seconds(plane.cache_pid), kernel(), Instant::now());
     let report = gen(spec.requests, false)?;
     let (edge_cpu_s, wall_s) = (
         cpu_seconds(plane.cache_pid) - cpu0,
         t0.elapsed().as_secs_f64(),
     );
+    let edge_kernel_s = kernel() - kernel0;
     let cache_objects = tb
         .run_in("edge", || {
             let v: serde_json::Value =
@@ -289,6 +309,7 @@ pub fn run(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<RunResult, String
         edge_cpu_s,
         wall_s,
         cache_objects,
+        edge_kernel_s,
     })
 }
 
@@ -305,6 +326,13 @@ pub fn start_plane(vcdn: &Path, spec: &RunSpec, work: &Path) -> Result<Plane, St
         bed = bed
             .one_way("origin", to, Duration::from_millis(40))
             .map_err(|e| e.to_string())?;
+    }
+    if spec.client_ms > 0 {
+        for to in ["dispatcher", "edge", "origin"] {
+            bed = bed
+                .one_way("client", to, Duration::from_millis(spec.client_ms))
+                .map_err(|e| e.to_string())?;
+        }
     }
     let tb = Testbed::start(bed).map_err(|e| format!("the test bed (needs root): {e}"))?;
     let (d_sid, e_sid, o_sid) = (sid(&tb, "dispatcher"), sid(&tb, "edge"), sid(&tb, "origin"));

@@ -4,8 +4,9 @@
 //!
 //! ```text
 //! cargo build --release -p vcdn && \
-//! cargo run --release -p vcdn-reproduce --bin content-aware -- table3|fig9|dispatcher-cost
-//!     [--quick] [--edge-cpus X] [--clients N] [--alpha 0.8,0.9]
+//! cargo run --release -p vcdn-reproduce --bin content-aware -- table3|fig9|fig12|edge-cost|dispatcher-cost|compare
+//!     [--quick] [--edge-cpus X] [--clients N] [--client-counts 4,8,16] [--client-ms D]
+//!     [--alpha 0.8,0.9]
 //! ```
 //! Needs root. Markdown on stdout, progress on stderr, raw JSON lines in
 //! `reproduce/content-aware/raw/`.
@@ -27,6 +28,7 @@ const PAPER_TABLE3: [(f64, f64, f64, f64, f64, f64, f64); 4] = [
 
 struct Scale {
     edge_cpus: Option<f64>,
+    client_ms: u64,
     catalogue: u64,
     cache_chunks: u64,
     object_bytes: u64,
@@ -39,6 +41,7 @@ fn scale(quick: bool) -> Scale {
     if quick {
         Scale {
             edge_cpus: None,
+            client_ms: 0,
             catalogue: 5_000,
             cache_chunks: 50,
             object_bytes: 20_000,
@@ -49,6 +52,7 @@ fn scale(quick: bool) -> Scale {
     } else {
         Scale {
             edge_cpus: None,
+            client_ms: 0,
             catalogue: 20_000,
             cache_chunks: 200,
             object_bytes: 20_000,
@@ -72,6 +76,7 @@ fn spec(s: &Scale, alpha: f64, filter: Option<u64>) -> RunSpec {
         requests: s.requests,
         seed: 1,
         dispatcher_flows: 262_144,
+        client_ms: s.client_ms,
         form: Form::Srv6,
     }
 }
@@ -88,8 +93,11 @@ fn record(name: &str, r: &RunResult) {
     let line = serde_json::json!({
         "alpha": r.spec.alpha, "catalogue": r.spec.catalogue, "cache_chunks": r.spec.cache_chunks,
         "filter": r.spec.filter, "object_bytes": r.spec.object_bytes, "clients": r.spec.clients,
+        "edge_cpus": r.spec.edge_cpus, "form": format!("{:?}", r.spec.form),
+        "client_ms": r.spec.client_ms,
         "warmup": r.spec.warmup, "requests": r.spec.requests,
-        "edge_cpu_s": r.edge_cpu_s, "wall_s": r.wall_s, "cache_objects": r.cache_objects,
+        "edge_cpu_s": r.edge_cpu_s, "edge_kernel_s": r.edge_kernel_s, "wall_s": r.wall_s,
+        "cache_objects": r.cache_objects,
         "report": r.report,
     });
     if let Ok(mut f) = std::fs::OpenOptions::new()
@@ -118,6 +126,9 @@ fn main() -> ExitCode {
     };
     if let Some(v) = value("--edge-cpus") {
         s.edge_cpus = v.parse().ok();
+    }
+    if let Some(v) = value("--client-ms") {
+        s.client_ms = v.parse().unwrap_or(0);
     }
     if let Some(v) = value("--clients") {
         s.clients = v.parse().unwrap_or(s.clients);
@@ -167,21 +178,69 @@ fn main() -> ExitCode {
             Ok(())
         })(),
         "fig9" => (|| -> Result<(), String> {
-            println!("| α | δ1 | C1 | hit % (test bed) | hit % (model) |");
-            println!("|---|---|---|---|---|");
-            for alpha in [0.8, 0.9] {
-                for d1 in [0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.10] {
-                    let c1 = ((d1 * s.catalogue as f64).round() as u64).max(1);
-                    let r = go("fig9", spec(&s, alpha, Some(c1)))?;
-                    let model = vcdn_model::filter::FiniteModel::new(alpha, s.catalogue as usize)
-                        .evaluate(c1 as f64, s.cache_chunks as f64)
-                        .hit_rate;
+            // Fig 9 (hit rate vs δ1) and, at α = 0.9, Fig 11 (edge CPU vs δ1):
+            // the same runs, and the baseline without a filter last.
+            println!("| α | δ1 | C1 | hit % (test bed) | hit % (model) | edge CPU % | mean load ms |");
+            println!("|---|---|---|---|---|---|---|");
+            for alpha in alphas.iter().copied().filter(|a| *a == 0.8 || *a == 0.9) {
+                for d1 in [0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.10, f64::INFINITY] {
+                    let filter = d1
+                        .is_finite()
+                        .then(|| ((d1 * s.catalogue as f64).round() as u64).max(1));
+                    let r = go("fig9", spec(&s, alpha, filter))?;
+                    let model = match filter {
+                        Some(c1) => vcdn_model::filter::FiniteModel::new(alpha, s.catalogue as usize)
+                            .evaluate(c1 as f64, s.cache_chunks as f64)
+                            .hit_rate,
+                        None => vcdn_model::filter::FiniteModel::new(alpha, s.catalogue as usize)
+                            .evaluate(s.catalogue as f64, s.cache_chunks as f64)
+                            .hit_rate,
+                    };
                     println!(
-                        "| {alpha} | {d1} | {c1} | {:.1} | {:.1} |",
+                        "| {alpha} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} |",
+                        filter.map_or("no filter".to_string(), |_| d1.to_string()),
+                        filter.map_or("–".to_string(), |c| c.to_string()),
                         100.0 * r.hit_rate(),
-                        100.0 * model
+                        100.0 * model,
+                        r.edge_cpu_pct(),
+                        r.load_ms("all", "mean_ms"),
                     );
                 }
+            }
+            Ok(())
+        })(),
+        "fig12" => (|| -> Result<(), String> {
+            // Load time against concurrent clients, the optimal filter
+            // against none (the paper: α = 0.9, δ1* = 0.06).
+            let alpha = alphas.first().copied().unwrap_or(0.9);
+            let c1 = vcdn_model::filter::filter_capacity(
+                alpha,
+                s.catalogue as f64,
+                s.cache_chunks as f64,
+            ) as u64;
+            let counts: Vec<usize> = value("--client-counts").map_or(vec![4, 8, 16, 24, 32, 48, 64], |v| {
+                v.split(',').filter_map(|a| a.parse().ok()).collect()
+            });
+            println!("| clients | filter p10 / p50 / p90 ms | hit % | edge CPU % | no filter p10 / p50 / p90 ms | hit % | edge CPU % |");
+            println!("|---|---|---|---|---|---|---|");
+            for n in counts {
+                let mut sf = spec(&s, alpha, Some(c1));
+                sf.clients = n;
+                let f = go("fig12", sf)?;
+                let mut sb = spec(&s, alpha, None);
+                sb.clients = n;
+                let b = go("fig12", sb)?;
+                let cell = |r: &RunResult| {
+                    format!(
+                        "{:.0} / {:.0} / {:.0} | {:.1} | {:.1}",
+                        r.load_ms("all", "p10_ms"),
+                        r.load_ms("all", "p50_ms"),
+                        r.load_ms("all", "p90_ms"),
+                        100.0 * r.hit_rate(),
+                        r.edge_cpu_pct()
+                    )
+                };
+                println!("| {n} | {} | {} |", cell(&f), cell(&b));
             }
             Ok(())
         })(),
@@ -206,6 +265,55 @@ fn main() -> ExitCode {
                 r.rss_after_kb
             );
             Ok(())
+        })(),
+        "edge-cost" => (|| -> Result<(), String> {
+            // What a rejected chunk costs the edge against a proxied miss,
+            // for each form, in dedicated runs: every chunk rejected
+            // (filter size 0), then every chunk proxied (no filter, a
+            // near-uniform (Zipf 0.01) catalogue 100 times the cache: about 1 % hits). The edge's
+            // cost is its cache's CPU time plus its agent's programs in the
+            // kernel (timed while kernel.bpf_stats_enabled is 1).
+            const STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+            let before = std::fs::read_to_string(STATS).unwrap_or_else(|_| "0".into());
+            std::fs::write(STATS, "1").map_err(|e| format!("{STATS}: {e}"))?;
+            let us = |r: &RunResult| {
+                let n = r.report["requests"].as_f64().unwrap_or(1.0).max(1.0);
+                1e6 * (r.edge_cpu_s + r.edge_kernel_s) / n
+            };
+            println!("| form | edge µs per rejected chunk (of which kernel) | edge µs per proxied miss | ratio | rejected chunk p50 / p90 ms | origin directly p50 / p90 ms |");
+            println!("|---|---|---|---|---|---|");
+            let mut direct = spec(&s, 0.01, None);
+            direct.form = Form::Direct;
+            let d = go("edge-cost", direct)?;
+            let result = (|| -> Result<(), String> {
+                for (name, form) in [
+                    ("SRv6 (kernel)", Form::Srv6),
+                    ("router 302", Form::RouterRedirect),
+                    ("cache 302", Form::CacheRedirect),
+                ] {
+                    let mut rejected = spec(&s, 0.01, Some(0));
+                    rejected.form = form;
+                    let r = go("edge-cost", rejected)?;
+                    let mut proxied = spec(&s, 0.01, None);
+                    proxied.form = form;
+                    let m = go("edge-cost", proxied)?;
+                    let n = r.report["requests"].as_f64().unwrap_or(1.0).max(1.0);
+                    println!(
+                        "| {name} | {:.1} ({:.1}) | {:.1} | {:.1} % | {:.1} / {:.1} | {:.1} / {:.1} |",
+                        us(&r),
+                        1e6 * r.edge_kernel_s / n,
+                        us(&m),
+                        100.0 * us(&r) / us(&m).max(1e-9),
+                        r.load_ms("all", "p50_ms"),
+                        r.load_ms("all", "p90_ms"),
+                        d.load_ms("all", "p50_ms"),
+                        d.load_ms("all", "p90_ms"),
+                    );
+                }
+                Ok(())
+            })();
+            let _ = std::fs::write(STATS, before.trim());
+            result
         })(),
         "compare" => (|| -> Result<(), String> {
             // The three forms of the filter in one run, same bed and stream,
@@ -242,7 +350,7 @@ fn main() -> ExitCode {
             }
             Ok(())
         })(),
-        _ => Err("usage: content-aware table3|fig9|dispatcher-cost|compare [--quick]".into()),
+        _ => Err("usage: content-aware table3|fig9|fig12|edge-cost|dispatcher-cost|compare [--quick] [--edge-cpus X] [--clients N] [--client-counts 4,8,..] [--client-ms D] [--alpha A,..]".into()),
     };
     let _ = std::fs::remove_dir_all(&work);
     match result {
