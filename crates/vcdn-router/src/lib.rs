@@ -71,8 +71,22 @@ pub async fn start(
     let srv6 = cfg.srv6.clone();
     let router = Router::new(cfg).map_err(|e| e.to_string())?;
     if let Some(v) = srv6 {
-        let dp = dataplane::DataPlane::start(v)?;
-        let _ = router.dataplane.set(dp);
+        match dataplane::DataPlane::start(v) {
+            Ok(dp) => {
+                let _ = router.dataplane.set(dp);
+            }
+            // The kernel or the process lacks something: said once, in
+            // /metrics too, and the services' chunk prefixes are not
+            // dispatched; DNS and HTTP routing, with their LRU filters,
+            // serve on (the HTTP-level form of the same filter).
+            Err(e) => {
+                tracing::error!(
+                    error = %e,
+                    "no SRv6 dispatching: chunk addresses are not routed; DNS and HTTP routing (with the HTTP-level filter) serve on"
+                );
+                let _ = router.srv6_unavailable.set(e);
+            }
+        }
     }
     let token: Arc<str> = match &opts.admin_token {
         Some(t) if !t.is_empty() => {

@@ -227,6 +227,18 @@ pub fn render(router: &Router) -> String {
     let _ = writeln!(o, "# HELP vcdn_router_filter_capacity LRU filter size (C1) and current entries; estimated Zipf alpha and catalogue size.");
     let _ = writeln!(o, "# TYPE vcdn_router_filter_capacity gauge");
     o.push_str(&sizes);
+    if router.dataplane.get().is_some() || router.srv6_unavailable.get().is_some() {
+        let _ = writeln!(
+            o,
+            "# HELP vcdn_router_srv6_dispatching Whether the configured SRv6 dispatcher runs (0: the kernel or the process lacks what it needs; see the log)."
+        );
+        let _ = writeln!(o, "# TYPE vcdn_router_srv6_dispatching gauge");
+        let _ = writeln!(
+            o,
+            "vcdn_router_srv6_dispatching {}",
+            router.dataplane.get().is_some() as u8
+        );
+    }
     if let Some(st) = router.dataplane.get().and_then(|d| d.stats()) {
         let (flows, capacity) = (st.flows, st.flow_capacity);
         for (name, help, v) in st.counters.fields() {

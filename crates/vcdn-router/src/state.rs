@@ -189,6 +189,9 @@ pub struct Router {
     pub metrics: Metrics,
     /// The SRv6 dispatcher, when the configuration asks for one.
     pub dataplane: std::sync::OnceLock<Arc<crate::dataplane::DataPlane>>,
+    /// Why the configuration's SRv6 dispatcher could not start (the
+    /// router routes with DNS and HTTP alone then).
+    pub srv6_unavailable: std::sync::OnceLock<String>,
 }
 
 impl Router {
@@ -207,6 +210,7 @@ impl Router {
             estimators: Mutex::new(HashMap::new()),
             geoip,
             dataplane: std::sync::OnceLock::new(),
+            srv6_unavailable: std::sync::OnceLock::new(),
             metrics: Metrics::default(),
         });
         router.apply(config)?;

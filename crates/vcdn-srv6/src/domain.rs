@@ -22,7 +22,8 @@
 //!
 //! Every step is idempotent (`replace`, or "exists" taken as done), so a
 //! control plane that died half way through finishes the job at its next
-//! start; [`Domain::remove_node`] and [`Domain::stale_nodes`] clean up.
+//! start; [`Domain::remove_node`], [`Domain::nodes`] and
+//! [`Domain::remove_if_unused`] clean up.
 
 use std::net::Ipv6Addr;
 

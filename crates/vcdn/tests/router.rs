@@ -36,10 +36,28 @@ fn start_router(dir: &std::path::Path, config: &str) -> RouterProc {
 
 /// [`start_router`] with extra flags.
 fn start_router_with(dir: &std::path::Path, config: &str, extra: &[&str]) -> RouterProc {
+    start_router_as(dir, config, extra, &[])
+}
+
+/// [`start_router_with`] run through `wrapper` (e.g. `setpriv …`).
+fn start_router_as(
+    dir: &std::path::Path,
+    config: &str,
+    extra: &[&str],
+    wrapper: &[&str],
+) -> RouterProc {
     use std::io::BufRead;
     let path = dir.join("router.toml");
     std::fs::write(&path, config).expect("router config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(env!("CARGO_BIN_EXE_vcdn"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_vcdn")),
+    };
+    let mut child = cmd
         .args([
             "router",
             "--dns",
@@ -1494,5 +1512,50 @@ async fn a_router_with_telemetry_keys_publishes_its_routing_decisions() {
     assert_eq!(
         rec.data["regions"][1]["caches"][0]["edge"].as_u64(),
         Some(0)
+    );
+}
+
+/// A router told to be an SRv6 dispatcher on a host where it cannot (here:
+/// not root) says why, shows it in /metrics, and routes with DNS and HTTP
+/// (and the HTTP-level filter) as without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_that_cannot_dispatch_with_srv6_says_why_and_routes_over_http() {
+    let dir = tempdir("router-srv6-nobody");
+    let origin = origin();
+    let mut config = base_config(origin.addr, &[], &[], r#"{ filter = "none" }"#);
+    config = config.replace(
+        "[health]",
+        "[srv6]\nsid = \"fd77:0:0:d::1\"\ndevice = \"lo\"\n\n[health]",
+    );
+    config = config.replace(
+        "admission = {",
+        "srv6 = { prefix = \"2001:db8:c::\", origin_sid = \"fd77:0:0:4::1\" }\nadmission = {",
+    );
+    let r = start_router_as(
+        &dir,
+        &config,
+        &[],
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
+    );
+    let metrics = client::request(r.admin, "GET", "/metrics", &[], b"", Duration::from_secs(5))
+        .await
+        .expect("metrics")
+        .text();
+    assert!(
+        metrics.contains("vcdn_router_srv6_dispatching 0"),
+        "{metrics}"
+    );
+    // HTTP routing serves on: no cache, so to the origin.
+    let resp = route(&r, "127.1.0.1", "video.demo.example", "/a").await;
+    assert_eq!(resp.status(), 302);
+    assert!(
+        location(&resp).contains(&origin.addr.to_string()),
+        "{}",
+        location(&resp)
     );
 }

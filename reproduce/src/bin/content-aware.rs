@@ -178,30 +178,42 @@ fn main() -> ExitCode {
             Ok(())
         })(),
         "fig9" => (|| -> Result<(), String> {
-            // Fig 9 (hit rate vs δ1) and, at α = 0.9, Fig 11 (edge CPU vs δ1):
-            // the same runs, and the baseline without a filter last.
-            println!("| α | δ1 | C1 | hit % (test bed) | hit % (model) | edge CPU % | mean load ms |");
-            println!("|---|---|---|---|---|---|---|");
+            // Fig 9 (hit rate vs δ1 beside the model and the IRM simulation
+            // of the real LruFilter, `vcdn_reproduce::irm`) and, at α = 0.9,
+            // Fig 11 (edge CPU vs δ1): the same runs, and the baseline
+            // without a filter last.
+            println!("| α | δ1 | C1 | hit % (test bed) | hit % (model) | hit % (simulation) | edge CPU % | mean load ms |");
+            println!("|---|---|---|---|---|---|---|---|");
             for alpha in alphas.iter().copied().filter(|a| *a == 0.8 || *a == 0.9) {
+                let zipf = vcdn_reproduce::irm::Zipf::new(alpha, s.catalogue as usize);
                 for d1 in [0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.10, f64::INFINITY] {
                     let filter = d1
                         .is_finite()
                         .then(|| ((d1 * s.catalogue as f64).round() as u64).max(1));
                     let r = go("fig9", spec(&s, alpha, filter))?;
-                    let model = match filter {
-                        Some(c1) => vcdn_model::filter::FiniteModel::new(alpha, s.catalogue as usize)
-                            .evaluate(c1 as f64, s.cache_chunks as f64)
-                            .hit_rate,
-                        None => vcdn_model::filter::FiniteModel::new(alpha, s.catalogue as usize)
-                            .evaluate(s.catalogue as f64, s.cache_chunks as f64)
-                            .hit_rate,
-                    };
+                    let model = vcdn_model::filter::FiniteModel::new(alpha, s.catalogue as usize)
+                        .evaluate(
+                            filter.unwrap_or(s.catalogue) as f64,
+                            s.cache_chunks as f64,
+                        )
+                        .hit_rate;
+                    let sim = vcdn_reproduce::irm::simulate(
+                        &zipf,
+                        filter.map_or(vcdn_reproduce::irm::Filter::None, |c| {
+                            vcdn_reproduce::irm::Filter::Lru(c as usize)
+                        }),
+                        s.cache_chunks as usize,
+                        1_000_000,
+                        2019,
+                    )
+                    .hit_rate;
                     println!(
-                        "| {alpha} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} |",
+                        "| {alpha} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
                         filter.map_or("no filter".to_string(), |_| d1.to_string()),
                         filter.map_or("–".to_string(), |c| c.to_string()),
                         100.0 * r.hit_rate(),
                         100.0 * model,
+                        100.0 * sim,
                         r.edge_cpu_pct(),
                         r.load_ms("all", "mean_ms"),
                     );
