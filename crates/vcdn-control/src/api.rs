@@ -163,6 +163,26 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|kv| kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
 }
 
+/// The methods the resource at `segs` (the path split at `/`, after the
+/// caller is known) allows, for a 405's `Allow`; None: no such resource.
+fn allowed_methods(segs: &[&str]) -> Option<&'static str> {
+    Some(match segs {
+        ["healthz" | "metrics"] | ["v1", "openapi.json"] => "GET, HEAD",
+        ["v1", "accel", "rtt"] => "POST",
+        ["v1", "catalog" | "hosts" | "flavors" | "regions"] => "GET",
+        ["v1", "regions" | "hosts" | "flavors", _] => "PUT, DELETE",
+        ["v1", "customers"] | ["v1", "services"] => "GET, POST",
+        ["v1", "customers", _] => "DELETE",
+        ["v1", "customers", _, "key"] => "POST",
+        ["v1", "customers", _, "settings"] | ["v1", "settings"] => "GET, PUT",
+        ["v1", "services", _] => "GET, DELETE",
+        ["v1", "services", _, "graph" | "usage" | "events"] => "GET",
+        ["v1", "services", _, "purge" | "prefetch" | "qoe"] => "POST",
+        ["v1", "services", _, "certificate"] => "GET, PUT, DELETE",
+        _ => return None,
+    })
+}
+
 async fn route(c: &Arc<Control>, guard: &Guard, req: Request) -> Response {
     let pq = String::from_utf8_lossy(req.head.path_and_query()).into_owned();
     let (path, query) = pq.split_once('?').unwrap_or((pq.as_str(), ""));
@@ -291,17 +311,21 @@ async fn route(c: &Arc<Control>, guard: &Guard, req: Request) -> Response {
             .await
             .map(|cert| json_response(200, &cert.view()))
             .map_err(|e| problem(&e)),
-        (_, ["v1", ..]) => Err(Response::problem(
-            405,
-            &format!(
-                "{} is not allowed on {path}; see /v1/openapi.json",
-                String::from_utf8_lossy(&req.head.method_raw)
-            ),
-        )),
-        _ => Err(Response::problem(
-            404,
-            "no such endpoint; the API is under /v1 (see /v1/openapi.json)",
-        )),
+        (_, segs) => match allowed_methods(segs) {
+            // RFC 9110 §15.5.6: a 405 lists what the resource allows.
+            Some(allow) => Err(Response::problem(
+                405,
+                &format!(
+                    "{} is not allowed on {path}; it allows {allow} (see /v1/openapi.json)",
+                    String::from_utf8_lossy(&req.head.method_raw)
+                ),
+            )
+            .header("Allow", allow)),
+            None => Err(Response::problem(
+                404,
+                "no such endpoint; the API is under /v1 (see /v1/openapi.json)",
+            )),
+        },
     };
     r.unwrap_or_else(|e| e)
 }

@@ -501,6 +501,33 @@ async fn the_api_keeps_customers_apart_and_explains_errors() {
         );
     }
 
+    // A method the resource does not allow: 405 with what it allows
+    // (RFC 9110); a path that is no resource: 404.
+    let auth = format!("Bearer {a}");
+    let r = up
+        .api_client()
+        .request(
+            "PATCH",
+            "/v1/services",
+            &[("Authorization", auth.as_str())],
+            b"",
+        )
+        .await
+        .unwrap();
+    assert_eq!((r.status(), r.header("allow")), (405, Some("GET, POST")));
+    let r = up
+        .api_client()
+        .request(
+            "PUT",
+            "/v1/services/x/events",
+            &[("Authorization", auth.as_str())],
+            b"",
+        )
+        .await
+        .unwrap();
+    assert_eq!((r.status(), r.header("allow")), (405, Some("GET")));
+    assert_eq!(up.call(&a, "GET", "/v1/nonsense", None).await.0, 404);
+
     // No token: 401 problem+json.
     let (st, p, ct) = up.call("", "GET", "/v1/services", None).await;
     assert_eq!((st, ct.as_str()), (401, "application/problem+json"));
