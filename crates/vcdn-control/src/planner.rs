@@ -798,15 +798,10 @@ mod tests {
         let mut blocker = g.regions[0].instances[0].clone();
         blocker.vcpus = 4 - cache;
         blocker.address = "127.10.0.200:8080".into();
-        let other = Service {
-            id: "s-other".into(),
-            customer: "x".into(),
-            spec: spec(1),
-            state: ServiceState::Active,
-            created_at: 0,
-            lease_start: 0,
-            lease_end: 1,
-            graph: ServiceGraph {
+        let other = live_service(
+            "s-other",
+            spec(1),
+            ServiceGraph {
                 regions: vec![RegionGraph {
                     region: "paris".into(),
                     vcpus_needed: 0.0,
@@ -816,6 +811,25 @@ mod tests {
                 accel: None,
                 srv6: None,
             },
+        );
+        let e = run_on(&s, &[other], &one_host).unwrap_err();
+        assert!(
+            matches!(&e, PlanError::NoCapacity(w) if w.contains("acceleration proxy: region paris lacks 1 vCPUs")),
+            "{e:?}"
+        );
+    }
+
+    /// An active service of customer x holding `graph`.
+    fn live_service(id: &str, spec: ServiceSpec, graph: ServiceGraph) -> Service {
+        Service {
+            id: id.into(),
+            customer: "x".into(),
+            spec,
+            state: ServiceState::Active,
+            created_at: 0,
+            lease_start: 0,
+            lease_end: 1,
+            graph,
             usage: Usage::default(),
             pricing: Defaults::embedded().flavors[0].pricing.clone(),
             planned_vcpus: 0,
@@ -824,12 +838,7 @@ mod tests {
             hop_key: String::new(),
             billing: Default::default(),
             billing_from_ms: 0,
-        };
-        let e = run_on(&s, &[other], &one_host).unwrap_err();
-        assert!(
-            matches!(&e, PlanError::NoCapacity(w) if w.contains("acceleration proxy: region paris lacks 1 vCPUs")),
-            "{e:?}"
-        );
+        }
     }
 
     #[test]
@@ -856,24 +865,7 @@ mod tests {
         assert_eq!(g.instances().filter(|i| i.id == v.gateway.id).count(), 1);
         // A live service holds prefix 1: the next order gets 2; a deleted
         // one gives its prefix back.
-        let mut holder = Service {
-            id: "s-1".into(),
-            customer: "x".into(),
-            spec: s.clone(),
-            state: ServiceState::Active,
-            created_at: 0,
-            lease_start: 0,
-            lease_end: 1,
-            graph: g.clone(),
-            usage: Usage::default(),
-            pricing: Defaults::embedded().flavors[0].pricing.clone(),
-            planned_vcpus: 0,
-            origin_policy: String::new(),
-            error: None,
-            hop_key: String::new(),
-            billing: Default::default(),
-            billing_from_ms: 0,
-        };
+        let mut holder = live_service("s-1", s.clone(), g.clone());
         let next = run(&s, std::slice::from_ref(&holder)).unwrap();
         assert_eq!(next.srv6.unwrap().number, 2);
         holder.state = ServiceState::Deleted;

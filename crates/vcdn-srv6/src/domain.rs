@@ -5,9 +5,9 @@
 //! its cache listening on the chunk addresses), joined by a bridge.
 //!
 //! ```text
-//!  host ── vcdn-sr ═╗ veth             ╔═ eXXXXXXXX ══ eth0 [vcdn-sr-<instance>] agent, cache
+//!  host ── vcdn-sr ═╗ veth             ╔═ e<key> ══ eth0 [vcdn-sr-<instance>] agent, cache
 //!  clients          ╚═ uplink [vcdn-pop] lan (bridge)
-//!  fd76:6364:c::/48      dispatcher    ╚═ eYYYYYYYY ══ eth0 [vcdn-sr-<gateway>]   agent (accepts all)
+//!  fd76:6364:c::/48      dispatcher    ╚═ e<key> ══ eth0 [vcdn-sr-<gateway>]   agent (accepts all)
 //! ```
 //!
 //! Addresses (all in the ULA block `fd76:6364::/32`, "vcd"):

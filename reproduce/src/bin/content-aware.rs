@@ -63,6 +63,11 @@ fn scale(quick: bool) -> Scale {
     }
 }
 
+/// The model's optimal filter size C1 (eq. 11) at this scale.
+fn optimal_filter(s: &Scale, alpha: f64) -> u64 {
+    vcdn_model::filter::filter_capacity(alpha, s.catalogue as f64, s.cache_chunks as f64) as u64
+}
+
 fn spec(s: &Scale, alpha: f64, filter: Option<u64>) -> RunSpec {
     RunSpec {
         alpha,
@@ -157,11 +162,7 @@ fn main() -> ExitCode {
             for (alpha, ph_f, ph_b, pl_f, pl_b, pc_f, pc_b) in
                 PAPER_TABLE3.into_iter().filter(|r| alphas.contains(&r.0))
             {
-                let c1 = vcdn_model::filter::filter_capacity(
-                    alpha,
-                    s.catalogue as f64,
-                    s.cache_chunks as f64,
-                ) as u64;
+                let c1 = optimal_filter(&s, alpha);
                 let f = go("table3", spec(&s, alpha, Some(c1)))?;
                 let b = go("table3", spec(&s, alpha, None))?;
                 println!(
@@ -225,11 +226,7 @@ fn main() -> ExitCode {
             // Load time against concurrent clients, the optimal filter
             // against none (the paper: α = 0.9, δ1* = 0.06).
             let alpha = alphas.first().copied().unwrap_or(0.9);
-            let c1 = vcdn_model::filter::filter_capacity(
-                alpha,
-                s.catalogue as f64,
-                s.cache_chunks as f64,
-            ) as u64;
+            let c1 = optimal_filter(&s, alpha);
             let counts: Vec<usize> = value("--client-counts").map_or(vec![4, 8, 16, 24, 32, 48, 64], |v| {
                 v.split(',').filter_map(|a| a.parse().ok()).collect()
             });
@@ -331,11 +328,7 @@ fn main() -> ExitCode {
             // The three forms of the filter in one run, same bed and stream,
             // and the origin alone as the yardstick of a rejected chunk.
             let alpha = alphas.first().copied().unwrap_or(0.9);
-            let c1 = vcdn_model::filter::filter_capacity(
-                alpha,
-                s.catalogue as f64,
-                s.cache_chunks as f64,
-            ) as u64;
+            let c1 = optimal_filter(&s, alpha);
             println!("| form | hit % | edge hit p50 ms | edge miss p50 / p90 ms | origin p50 / p90 ms | edge CPU ms per 1000 requests | redirects |");
             println!("|---|---|---|---|---|---|---|");
             for (name, form) in [
