@@ -38,6 +38,24 @@ if ! command -v ffmpeg >/dev/null 2>&1 || [[ ! -x /usr/bin/chromium || ! -x /usr
     || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ffmpeg chromium chromium-driver; }
 fi
 
+# The monitoring test scrapes a running vcdn up with a real Prometheus
+# (Debian's), found through vcdn's HTTP service discovery.
+# The package would start a Prometheus service on :9090; a policy-rc.d that
+# refuses service starts keeps it from doing so during the install.
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "== installing prometheus"
+  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+  made_policy=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus \
+    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
+  if ((made_policy)); then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+fi
+
 # The test bed's tests build namespaces with iproute2 and measure with
 # iputils' ping.
 if ! command -v ip >/dev/null 2>&1 || ! command -v ping >/dev/null 2>&1; then

@@ -17,8 +17,8 @@ use vcdn_http::serve::{Handler, Request, Response};
 use vcdn_http::Method;
 
 use crate::control::{now_s, random_hex, Control, ControlError};
-use crate::pricing;
 use crate::types::*;
+use crate::{portal, pricing};
 
 pub const OPENAPI: &str = include_str!("openapi.json");
 
@@ -38,15 +38,24 @@ impl Caller {
     }
 }
 
+/// What every request is checked with: failed authentications are
+/// throttled per source and logged; the portal's browser sessions.
+struct Gate {
+    guard: Guard,
+    sessions: portal::Sessions,
+}
+
 pub fn handler(control: Arc<Control>) -> Handler {
-    // Failed authentications are throttled per source and logged.
-    let guard = Arc::new(Guard::new("vcdn", ThrottleConfig::default()));
+    let gate = Arc::new(Gate {
+        guard: Guard::new("vcdn", ThrottleConfig::default()),
+        sessions: portal::Sessions::default(),
+    });
     Arc::new(move |req| {
         let control = control.clone();
-        let guard = guard.clone();
+        let gate = gate.clone();
         Box::pin(async move {
             control.metrics.api_requests.fetch_add(1, Ordering::Relaxed);
-            let r = route(&control, &guard, req).await;
+            let r = route(&control, &gate, req).await;
             if r.status >= 400 {
                 control.metrics.api_errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -116,8 +125,11 @@ pub fn key_hash(key: &str) -> String {
 }
 
 /// Who sends the request: the operator token, else a customer key (kept as
-/// SHA-256). A source with too many failures gets 429 before any check.
-async fn caller(c: &Control, guard: &Guard, req: &Request) -> Result<Caller, Response> {
+/// SHA-256), else a portal session's cookie (with its CSRF token on what
+/// changes something). A source with too many failures gets 429 before any
+/// check.
+async fn caller(c: &Control, gate: &Gate, req: &Request) -> Result<Caller, Response> {
+    let guard = &gate.guard;
     let ip = req.peer.ip();
     if let Some(r) = guard.throttled(ip) {
         return Err(r);
@@ -127,24 +139,145 @@ async fn caller(c: &Control, guard: &Guard, req: &Request) -> Result<Caller, Res
         return Ok(Caller::Operator);
     }
     if let Some(key) = token {
-        let hash = key_hash(&String::from_utf8_lossy(key));
-        let customers: Vec<Customer> = c
-            .store
-            .list("customer")
-            .await
-            .map_err(|e| problem(&e.into()))?;
-        // Hashes have a fixed length; compare all of each in constant time.
-        if let Some(cu) = customers
-            .into_iter()
-            .find(|cu| token_eq(cu.key_sha256.as_bytes(), hash.as_bytes()))
-        {
-            return Ok(Caller::Customer(cu.id));
+        if let Some(id) = customer_of_key(c, &key_hash(&String::from_utf8_lossy(key))).await? {
+            return Ok(Caller::Customer(id));
+        }
+    } else if let Some((who, csrf)) = gate.sessions.of(req) {
+        let safe = matches!(req.head.method, Method::Get | Method::Head);
+        if !safe && !portal::csrf_ok(req, &csrf) {
+            return Err(Response::problem(
+                403,
+                "this request authenticates with the portal's session cookie but lacks its CSRF token: the portal sends it in X-CSRF-Token (GET /portal/session gives it); API clients send Authorization: Bearer instead",
+            ));
+        }
+        match who {
+            portal::Who::Operator => return Ok(Caller::Operator),
+            portal::Who::Customer { key_sha256, .. } => {
+                if let Some(id) = customer_of_key(c, &key_sha256).await? {
+                    return Ok(Caller::Customer(id));
+                }
+                gate.sessions.close(req);
+                return Err(Response::problem(
+                    401,
+                    "the session ended: its API key was rotated or its customer deleted; log in again",
+                ));
+            }
         }
     }
     Err(guard.failed(
         ip,
         "missing or unknown bearer token: send Authorization: Bearer <API key or operator token>",
     ))
+}
+
+/// The customer whose key hashes to `hash`, compared in constant time.
+async fn customer_of_key(c: &Control, hash: &str) -> Result<Option<String>, Response> {
+    let customers: Vec<Customer> = c
+        .store
+        .list("customer")
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    // Hashes have a fixed length; compare all of each in constant time.
+    Ok(customers
+        .into_iter()
+        .find(|cu| token_eq(cu.key_sha256.as_bytes(), hash.as_bytes()))
+        .map(|cu| cu.id))
+}
+
+/// `POST /portal/login` with `{"key": "…"}` (a customer API key or the
+/// operator token), from the portal's own origin: opens a session, sets
+/// its cookie and answers what `GET /portal/session` does.
+async fn login(c: &Control, gate: &Gate, req: &Request) -> Response {
+    let ip = req.peer.ip();
+    if let Some(r) = gate.guard.throttled(ip) {
+        return r;
+    }
+    if !portal::same_origin(req) {
+        return Response::problem(
+            403,
+            "a login must come from the portal's own page (its Origin does not match)",
+        );
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Login {
+        key: String,
+    }
+    let l: Login = match parse(&req.body) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let who = if token_eq(l.key.trim().as_bytes(), c.cfg.operator_token.as_bytes()) {
+        portal::Who::Operator
+    } else {
+        let hash = key_hash(l.key.trim());
+        match customer_of_key(c, &hash).await {
+            Ok(Some(id)) => portal::Who::Customer {
+                id,
+                key_sha256: hash,
+            },
+            Ok(None) => {
+                return gate.guard.failed(
+                    ip,
+                    "unknown key: log in with your API key (vk_…) or the operator token",
+                )
+            }
+            Err(r) => return r,
+        }
+    };
+    let (cookie, csrf) = gate.sessions.open(who.clone());
+    portal::secure(json_response(200, &session_view(&who, &csrf)))
+        .header("Set-Cookie", portal::set_cookie(&cookie, c.cfg.api_https))
+        .header("Cache-Control", "no-store")
+}
+
+fn session_view(who: &portal::Who, csrf: &str) -> Value {
+    match who {
+        portal::Who::Operator => json!({"role": "operator", "csrf": csrf}),
+        portal::Who::Customer { id, .. } => {
+            json!({"role": "customer", "customer": id, "csrf": csrf})
+        }
+    }
+}
+
+/// The portal's routes: its page and files, login, the session, logout.
+async fn portal_route(c: &Control, gate: &Gate, req: &Request, path: &str) -> Option<Response> {
+    let m = req.head.method;
+    Some(match (m, path) {
+        (Method::Get | Method::Head, _)
+            if path == "/" || path.starts_with("/portal/") && path != "/portal/session" =>
+        {
+            portal::asset(path).unwrap_or_else(|| {
+                portal::secure(Response::problem(404, "no such file of the portal"))
+            })
+        }
+        (Method::Post, "/portal/login") => login(c, gate, req).await,
+        (Method::Get, "/portal/session") => match gate.sessions.of(req) {
+            Some((who, csrf)) => portal::secure(json_response(200, &session_view(&who, &csrf)))
+                .header("Cache-Control", "no-store"),
+            None => portal::secure(Response::problem(401, "not logged in")),
+        },
+        (Method::Post, "/portal/logout") => {
+            if let Some((_, csrf)) = gate.sessions.of(req) {
+                if !portal::csrf_ok(req, &csrf) {
+                    return Some(Response::problem(
+                        403,
+                        "logout needs the session's X-CSRF-Token",
+                    ));
+                }
+                gate.sessions.close(req);
+            }
+            portal::secure(Response::new(204, "text/plain", Vec::new()))
+                .header("Set-Cookie", portal::set_cookie("", c.cfg.api_https))
+        }
+        (_, "/portal/login" | "/portal/logout") => {
+            Response::problem(405, "use POST").header("Allow", "POST")
+        }
+        (_, "/portal/session") => Response::problem(405, "use GET").header("Allow", "GET, HEAD"),
+        (_, "/") => Response::problem(405, "the portal's page is read with GET")
+            .header("Allow", "GET, HEAD"),
+        _ => return None,
+    })
 }
 
 fn operator_only(who: &Caller) -> Result<(), Response> {
@@ -157,7 +290,7 @@ fn operator_only(who: &Caller) -> Result<(), Response> {
     }
 }
 
-fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     query
         .split('&')
         .find_map(|kv| kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
@@ -169,24 +302,31 @@ fn allowed_methods(segs: &[&str]) -> Option<&'static str> {
     Some(match segs {
         ["healthz" | "metrics"] | ["v1", "openapi.json"] => "GET, HEAD",
         ["v1", "accel", "rtt"] => "POST",
-        ["v1", "catalog" | "hosts" | "flavors" | "regions"] => "GET",
+        ["v1", "prometheus", "targets"] => "GET",
+        ["v1", "catalog" | "hosts" | "flavors" | "regions" | "timeseries"] => "GET",
         ["v1", "regions" | "hosts" | "flavors", _] => "PUT, DELETE",
         ["v1", "customers"] | ["v1", "services"] => "GET, POST",
         ["v1", "customers", _] => "DELETE",
         ["v1", "customers", _, "key"] => "POST",
         ["v1", "customers", _, "settings"] | ["v1", "settings"] => "GET, PUT",
         ["v1", "services", _] => "GET, DELETE",
-        ["v1", "services", _, "graph" | "usage" | "events"] => "GET",
+        ["v1", "services", _, "graph" | "usage" | "events" | "timeseries"] => "GET",
         ["v1", "services", _, "purge" | "prefetch" | "qoe"] => "POST",
         ["v1", "services", _, "certificate"] => "GET, PUT, DELETE",
         _ => return None,
     })
 }
 
-async fn route(c: &Arc<Control>, guard: &Guard, req: Request) -> Response {
+async fn route(c: &Arc<Control>, gate: &Gate, req: Request) -> Response {
+    let guard = &gate.guard;
     let pq = String::from_utf8_lossy(req.head.path_and_query()).into_owned();
     let (path, query) = pq.split_once('?').unwrap_or((pq.as_str(), ""));
     let m = req.head.method;
+    if path == "/" || path.starts_with("/portal/") {
+        if let Some(r) = portal_route(c, gate, &req, path).await {
+            return r;
+        }
+    }
     match (m, path) {
         (Method::Get | Method::Head, "/healthz") => {
             let (status, mut v) = match c.store.health().await {
@@ -212,7 +352,7 @@ async fn route(c: &Arc<Control>, guard: &Guard, req: Request) -> Response {
         (Method::Post, "/v1/accel/rtt") => return rtt_report(c, guard, &req).await,
         _ => {}
     }
-    let who = match caller(c, guard, &req).await {
+    let who = match caller(c, gate, &req).await {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -276,7 +416,7 @@ async fn route(c: &Arc<Control>, guard: &Guard, req: Request) -> Response {
                 .collect();
             Ok(json_response(200, &json!({"services": list})))
         }
-        (Method::Post, ["v1", "services"]) => create_service(c, &who, &req.body).await,
+        (Method::Post, ["v1", "services"]) => create_service(c, &who, &req.body, query).await,
         (Method::Get, ["v1", "services", id]) => c
             .find(id, who.customer())
             .await
@@ -298,6 +438,22 @@ async fn route(c: &Arc<Control>, guard: &Guard, req: Request) -> Response {
             .map(|s| json_response(200, &json!(pricing::bill(&s, now_s()))))
             .map_err(|e| problem(&e)),
         (Method::Get, ["v1", "services", id, "events"]) => events(c, &who, id, query).await,
+        (Method::Get, ["v1", "services", id, "timeseries"]) => {
+            timeseries(c, &who, Some(id), query).await
+        }
+        (Method::Get, ["v1", "prometheus", "targets"]) => match operator_only(&who) {
+            Ok(()) => {
+                let services = c.list_services(None).await;
+                let r = &c.cfg.router;
+                let v = crate::prometheus::targets(&services, r.admin, r.trust.is_some());
+                Ok(json_response(200, &v))
+            }
+            Err(r) => Err(r),
+        },
+        (Method::Get, ["v1", "timeseries"]) => match operator_only(&who) {
+            Ok(()) => timeseries(c, &who, None, query).await,
+            Err(r) => Err(r),
+        },
         (Method::Post, ["v1", "services", id, action @ ("purge" | "prefetch")]) => {
             content_action(c, &who, id, action, &req.body).await
         }
@@ -409,7 +565,7 @@ fn service_view(c: &Control, s: &Service) -> Value {
     })
 }
 
-async fn create_service(c: &Control, who: &Caller, body: &[u8]) -> Reply {
+async fn create_service(c: &Control, who: &Caller, body: &[u8], query: &str) -> Reply {
     let Caller::Customer(customer) = who else {
         return Err(Response::problem(
             403,
@@ -417,7 +573,26 @@ async fn create_service(c: &Control, who: &Caller, body: &[u8]) -> Reply {
         ));
     };
     let spec: ServiceSpec = parse(body)?;
-    let s = c.create(customer, spec).await.map_err(|e| problem(&e))?;
+    let dry_run = match query_param(query, "dry_run") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(v) => {
+            return Err(Response::problem(
+                400,
+                &format!("dry_run is true or false, not {v:?}"),
+            ))
+        }
+    };
+    let s = c
+        .create(customer, spec, dry_run)
+        .await
+        .map_err(|e| problem(&e))?;
+    if dry_run {
+        // What the order would be; nothing was kept or started.
+        let mut v = service_view(c, &s);
+        v["dry_run"] = json!(true);
+        return Ok(json_response(200, &v));
+    }
     let status = if s.state == ServiceState::Scheduled {
         202
     } else {
@@ -441,6 +616,28 @@ async fn events(c: &Control, who: &Caller, id: &str, query: &str) -> Reply {
         .await
         .map_err(|e| problem(&e.into()))?;
     Ok(json_response(200, &json!({"service": s.id, "events": ev})))
+}
+
+/// `GET /v1/services/{id}/timeseries?from=&to=&step=`: a service's
+/// history per region ([`crate::timeseries`]), with its MOS target; and
+/// `GET /v1/timeseries`: the platform's, every service summed per region.
+async fn timeseries(c: &Control, who: &Caller, id: Option<&str>, query: &str) -> Reply {
+    let w = crate::timeseries::window(query, now_s()).map_err(|e| Response::problem(422, &e))?;
+    let s = match id {
+        Some(id) => Some(c.find(id, who.customer()).await.map_err(|e| problem(&e))?),
+        None => None,
+    };
+    let points = c
+        .store
+        .series(s.as_ref().map(|s| s.id.as_str()), w.step, w.from, w.to)
+        .await
+        .map_err(|e| problem(&e.into()))?;
+    let mut v = crate::timeseries::view(w, &points);
+    if let Some(s) = s {
+        v["service"] = json!(s.id);
+        v["target_mos"] = json!(s.spec.quality.min_mos);
+    }
+    Ok(json_response(200, &v))
 }
 
 async fn content_action(c: &Control, who: &Caller, id: &str, action: &str, body: &[u8]) -> Reply {

@@ -100,12 +100,15 @@ impl From<PlanError> for ControlError {
     }
 }
 
+/// An instance's cumulative (requests, bytes, cache hits, cache lookups).
+pub(crate) type Counters = [u64; 4];
+
 /// Supervisor bookkeeping of one service (not stored).
 #[derive(Default)]
 pub(crate) struct Runtime {
     pub(crate) trends: HashMap<String, Trend>,
-    /// Last (requests, bytes) counters seen per instance.
-    pub(crate) counters: HashMap<String, (u64, u64)>,
+    /// Last counters seen per instance.
+    pub(crate) counters: HashMap<String, Counters>,
     /// Last CPU seconds a proxy reported.
     pub(crate) cpu: HashMap<String, f64>,
     /// Consecutive failed polls per instance.
@@ -137,39 +140,30 @@ pub(crate) struct Runtime {
 
 impl Runtime {
     /// What an instance served since its counters were last seen: the
-    /// increase of its cumulative (requests, bytes). Counters of a later
-    /// incarnation (a higher `boot_ms`) are all new; a document of an
+    /// increase of its cumulative counters ([`Counters`]). Counters of a
+    /// later incarnation (a higher `boot_ms`) are all new; a document of an
     /// earlier one, or an older document of the same one (a lower count),
     /// adds nothing. Without `boot_ms` (an older cache), a decrease is
     /// taken for a restart.
-    pub(crate) fn count(
-        &mut self,
-        id: &str,
-        boot: Option<u64>,
-        requests: u64,
-        bytes: u64,
-    ) -> (u64, u64) {
-        let (mut lr, mut lb) = self.counters.get(id).copied().unwrap_or((0, 0));
+    pub(crate) fn count(&mut self, id: &str, boot: Option<u64>, now: Counters) -> Counters {
+        let mut last = self.counters.get(id).copied().unwrap_or_default();
         let restarted = match (boot, self.boots.get(id).copied()) {
             // A document of an earlier incarnation than one already
             // counted (a late record): nothing new in it.
-            (Some(b), Some(before)) if b < before => return (0, 0),
+            (Some(b), Some(before)) if b < before => return [0; 4],
             (Some(b), before) => {
                 self.boots.insert(id.to_string(), b);
                 before.is_some_and(|x| x != b)
             }
-            (None, _) => requests < lr || bytes < lb,
+            (None, _) => now.iter().zip(&last).any(|(n, l)| n < l),
         };
         if restarted {
-            (lr, lb) = (0, 0);
+            last = [0; 4];
         }
-        let (dr, db) = (requests.saturating_sub(lr), bytes.saturating_sub(lb));
-        let keep = (
-            requests.max(if restarted { 0 } else { lr }),
-            bytes.max(if restarted { 0 } else { lb }),
-        );
+        let delta = std::array::from_fn(|k| now[k].saturating_sub(last[k]));
+        let keep = std::array::from_fn(|k| now[k].max(last[k]));
         self.counters.insert(id.to_string(), keep);
-        (dr, db)
+        delta
     }
 }
 
@@ -200,6 +194,8 @@ pub struct Control {
     pub admin: vcdn_http::admin_tls::AdminClient,
     pub(crate) services: Mutex<BTreeMap<String, Service>>,
     pub(crate) runtime: parking_lot::Mutex<HashMap<String, Runtime>>,
+    /// The open 10 s buckets of the time series.
+    pub(crate) series: parking_lot::Mutex<crate::timeseries::Recorder>,
     /// Which certificate each cache instance holds.
     pub(crate) pushed: parking_lot::Mutex<crate::certificates::Pushed>,
     /// Held while a service's certificate is read and written back.
@@ -304,6 +300,7 @@ impl Control {
             instance_token,
             services: Mutex::new(services),
             runtime: parking_lot::Mutex::new(HashMap::new()),
+            series: Default::default(),
             pushed: parking_lot::Mutex::new(Default::default()),
             cert_writes: Mutex::new(()),
             router_writes: Mutex::new(()),
@@ -501,8 +498,15 @@ impl Control {
     }
 
     /// Orders a vCDN: validate, plan, reserve, deploy (now, or when the
-    /// lease starts), and wire the router.
-    pub async fn create(&self, customer: &str, spec: ServiceSpec) -> Result<Service, ControlError> {
+    /// lease starts), and wire the router. A dry run stops after the plan
+    /// and answers what the order would be (its graph and price), keeping
+    /// and starting nothing.
+    pub async fn create(
+        &self,
+        customer: &str,
+        spec: ServiceSpec,
+        dry_run: bool,
+    ) -> Result<Service, ControlError> {
         let t0 = Instant::now();
         let now = now_s();
         let crate::order::Admitted {
@@ -625,6 +629,9 @@ impl Control {
             .collect::<Vec<_>>()
             .join(", ")
             + &crate::accel::summary(&s.graph);
+        if dry_run {
+            return Ok(s);
+        }
         // The intent (service, graph, instances with their addresses and
         // identities) is stored before any process starts: a control plane
         // that dies from here on finds the order at start and finishes it,
@@ -920,19 +927,34 @@ mod tests {
     #[test]
     fn counters_count_once_across_repeats_late_documents_and_restarts() {
         let mut rt = Runtime::default();
-        assert_eq!(rt.count("i-1", Some(100), 20, 2000), (20, 2000));
-        assert_eq!(rt.count("i-1", Some(100), 20, 2000), (0, 0), "same again");
-        assert_eq!(rt.count("i-1", Some(100), 15, 1500), (0, 0), "an older one");
-        assert_eq!(rt.count("i-1", Some(100), 25, 2500), (5, 500));
-        assert_eq!(rt.count("i-1", Some(200), 3, 300), (3, 300), "restarted");
         assert_eq!(
-            rt.count("i-1", Some(100), 99, 9900),
-            (0, 0),
+            rt.count("i-1", Some(100), [20, 2000, 0, 0]),
+            [20, 2000, 0, 0]
+        );
+        assert_eq!(
+            rt.count("i-1", Some(100), [20, 2000, 0, 0]),
+            [0, 0, 0, 0],
+            "same again"
+        );
+        assert_eq!(
+            rt.count("i-1", Some(100), [15, 1500, 0, 0]),
+            [0, 0, 0, 0],
+            "an older one"
+        );
+        assert_eq!(rt.count("i-1", Some(100), [25, 2500, 0, 0]), [5, 500, 0, 0]);
+        assert_eq!(
+            rt.count("i-1", Some(200), [3, 300, 0, 0]),
+            [3, 300, 0, 0],
+            "restarted"
+        );
+        assert_eq!(
+            rt.count("i-1", Some(100), [99, 9900, 0, 0]),
+            [0, 0, 0, 0],
             "the old boot's"
         );
-        assert_eq!(rt.count("i-1", Some(200), 10, 1000), (7, 700));
+        assert_eq!(rt.count("i-1", Some(200), [10, 1000, 0, 0]), [7, 700, 0, 0]);
         // Without an incarnation (an older cache): a decrease is a restart.
-        assert_eq!(rt.count("i-2", None, 50, 10), (50, 10));
-        assert_eq!(rt.count("i-2", None, 4, 1), (4, 1));
+        assert_eq!(rt.count("i-2", None, [50, 10, 0, 0]), [50, 10, 0, 0]);
+        assert_eq!(rt.count("i-2", None, [4, 1, 0, 0]), [4, 1, 0, 0]);
     }
 }

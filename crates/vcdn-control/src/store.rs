@@ -84,6 +84,8 @@ CREATE TABLE IF NOT EXISTS docs (kind TEXT NOT NULL, id TEXT NOT NULL, body TEXT
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, service TEXT NOT NULL, at_ms INTEGER NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_service ON events (service, seq);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS series (service TEXT NOT NULL, region TEXT NOT NULL, step INTEGER NOT NULL, t INTEGER NOT NULL, requests INTEGER NOT NULL, bytes INTEGER NOT NULL, hits INTEGER NOT NULL, lookups INTEGER NOT NULL, samples INTEGER NOT NULL, instances REAL NOT NULL, load REAL NOT NULL, mos_est REAL NOT NULL, mos_est_n INTEGER NOT NULL, mos_rep REAL NOT NULL, mos_rep_n INTEGER NOT NULL, cost REAL NOT NULL, PRIMARY KEY (service, region, step, t));
+CREATE INDEX IF NOT EXISTS series_age ON series (step, t);
 ";
 
 const SCHEMA_POSTGRES: &str = "
@@ -91,6 +93,8 @@ CREATE TABLE IF NOT EXISTS docs (kind TEXT NOT NULL, id TEXT NOT NULL, body TEXT
 CREATE TABLE IF NOT EXISTS events (seq BIGSERIAL PRIMARY KEY, service TEXT NOT NULL, at_ms BIGINT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_service ON events (service, seq);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS series (service TEXT NOT NULL, region TEXT NOT NULL, step BIGINT NOT NULL, t BIGINT NOT NULL, requests BIGINT NOT NULL, bytes BIGINT NOT NULL, hits BIGINT NOT NULL, lookups BIGINT NOT NULL, samples BIGINT NOT NULL, instances DOUBLE PRECISION NOT NULL, load DOUBLE PRECISION NOT NULL, mos_est DOUBLE PRECISION NOT NULL, mos_est_n BIGINT NOT NULL, mos_rep DOUBLE PRECISION NOT NULL, mos_rep_n BIGINT NOT NULL, cost DOUBLE PRECISION NOT NULL, PRIMARY KEY (service, region, step, t));
+CREATE INDEX IF NOT EXISTS series_age ON series (step, t);
 ";
 
 fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
@@ -387,6 +391,234 @@ impl Store {
                 .collect(),
         })
     }
+
+    /// Adds a step's points to the time series (`crate::timeseries`):
+    /// counters and gauge sums add to what a bucket holds, the cost keeps
+    /// its highest value; then drops what each resolution no longer keeps.
+    /// One transaction, so a crash leaves whole steps.
+    pub async fn series_add(
+        &self,
+        points: &[crate::timeseries::Point],
+        prune: &[(u64, u64)],
+    ) -> Result<(), StoreError> {
+        const COLS: &str = "service, region, step, t, requests, bytes, hits, lookups, samples, instances, load, mos_est, mos_est_n, mos_rep, mos_rep_n, cost";
+        const ADD: &str = "requests = series.requests + excluded.requests, bytes = series.bytes + excluded.bytes, hits = series.hits + excluded.hits, lookups = series.lookups + excluded.lookups, samples = series.samples + excluded.samples, instances = series.instances + excluded.instances, load = series.load + excluded.load, mos_est = series.mos_est + excluded.mos_est, mos_est_n = series.mos_est_n + excluded.mos_est_n, mos_rep = series.mos_rep + excluded.mos_rep, mos_rep_n = series.mos_rep_n + excluded.mos_rep_n";
+        let i = |v: u64| v.min(i64::MAX as u64) as i64;
+        self.check().await?;
+        match &self.db {
+            Db::Sqlite(c) => {
+                let mut c = c.lock();
+                let tx = c.transaction()?;
+                {
+                    let mut st = tx.prepare_cached(&format!(
+                        "INSERT INTO series ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+                         ON CONFLICT (service, region, step, t) DO UPDATE SET {ADD}, cost = max(series.cost, excluded.cost)"
+                    ))?;
+                    for p in points {
+                        let a = &p.acc;
+                        st.execute(rusqlite::params![
+                            p.service,
+                            p.region,
+                            i(p.step),
+                            i(p.t),
+                            i(a.requests),
+                            i(a.bytes),
+                            i(a.hits),
+                            i(a.lookups),
+                            i(a.samples),
+                            a.instances,
+                            a.load,
+                            a.mos_est,
+                            i(a.mos_est_n),
+                            a.mos_rep,
+                            i(a.mos_rep_n),
+                            a.cost
+                        ])?;
+                    }
+                    for (step, before) in prune {
+                        tx.execute(
+                            "DELETE FROM series WHERE step = ?1 AND t < ?2",
+                            (i(*step), i(*before)),
+                        )?;
+                    }
+                }
+                tx.commit()?;
+            }
+            Db::Postgres(c) => {
+                let sql = format!(
+                    "INSERT INTO series ({COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+                     ON CONFLICT (service, region, step, t) DO UPDATE SET {ADD}, cost = GREATEST(series.cost, excluded.cost)"
+                );
+                c.batch_execute("BEGIN").await?;
+                let r: Result<(), tokio_postgres::Error> = async {
+                    let st = c.prepare(&sql).await?;
+                    for p in points {
+                        let a = &p.acc;
+                        c.execute(
+                            &st,
+                            &[
+                                &p.service,
+                                &p.region,
+                                &i(p.step),
+                                &i(p.t),
+                                &i(a.requests),
+                                &i(a.bytes),
+                                &i(a.hits),
+                                &i(a.lookups),
+                                &i(a.samples),
+                                &a.instances,
+                                &a.load,
+                                &a.mos_est,
+                                &i(a.mos_est_n),
+                                &a.mos_rep,
+                                &i(a.mos_rep_n),
+                                &a.cost,
+                            ],
+                        )
+                        .await?;
+                    }
+                    for (step, before) in prune {
+                        c.execute(
+                            "DELETE FROM series WHERE step = $1 AND t < $2",
+                            &[&i(*step), &i(*before)],
+                        )
+                        .await?;
+                    }
+                    Ok(())
+                }
+                .await;
+                match r {
+                    Ok(()) => c.batch_execute("COMMIT").await?,
+                    Err(e) => {
+                        let _ = c.batch_execute("ROLLBACK").await;
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The points of one resolution with `from <= t < to`: of one service,
+    /// or summed over every service per region (`None`, the platform).
+    pub async fn series(
+        &self,
+        service: Option<&str>,
+        step: u64,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<crate::timeseries::Point>, StoreError> {
+        use crate::timeseries::{Accumulator, Point};
+        let i = |v: u64| v.min(i64::MAX as u64) as i64;
+        let u = |v: i64| v.max(0) as u64;
+        let sums = "SUM(requests), SUM(bytes), SUM(hits), SUM(lookups), SUM(samples), SUM(instances), SUM(load), SUM(mos_est), SUM(mos_est_n), SUM(mos_rep), SUM(mos_rep_n), SUM(cost)";
+        let filter = if service.is_some() {
+            "service = {S} AND "
+        } else {
+            ""
+        };
+        let sql = |ph: [&str; 4]| {
+            format!(
+                "SELECT region, t, {sums} FROM series WHERE {}step = {} AND t >= {} AND t < {} GROUP BY region, t ORDER BY region, t LIMIT 200000",
+                filter.replace("{S}", ph[0]),
+                ph[1],
+                ph[2],
+                ph[3]
+            )
+        };
+        let name = service.unwrap_or("").to_string();
+        let point =
+            |region: String, t: i64, n: [i64; 5], f: [f64; 4], m: [i64; 2], cost: f64| Point {
+                service: name.clone(),
+                region,
+                step,
+                t: u(t),
+                acc: Accumulator {
+                    requests: u(n[0]),
+                    bytes: u(n[1]),
+                    hits: u(n[2]),
+                    lookups: u(n[3]),
+                    samples: u(n[4]),
+                    instances: f[0],
+                    load: f[1],
+                    mos_est: f[2],
+                    mos_est_n: u(m[0]),
+                    mos_rep: f[3],
+                    mos_rep_n: u(m[1]),
+                    cost,
+                },
+            };
+        self.check().await?;
+        Ok(match &self.db {
+            Db::Sqlite(c) => {
+                let c = c.lock();
+                let q = match service {
+                    Some(_) => sql(["?1", "?2", "?3", "?4"]),
+                    None => sql(["", "?1", "?2", "?3"]),
+                };
+                let mut st = c.prepare_cached(&q)?;
+                let map = |r: &rusqlite::Row| {
+                    Ok(point(
+                        r.get(0)?,
+                        r.get(1)?,
+                        [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?],
+                        [r.get(7)?, r.get(8)?, r.get(9)?, r.get(11)?],
+                        [r.get(10)?, r.get(12)?],
+                        r.get(13)?,
+                    ))
+                };
+                let rows = match service {
+                    Some(s) => st.query_map(rusqlite::params![s, i(step), i(from), i(to)], map)?,
+                    None => st.query_map(rusqlite::params![i(step), i(from), i(to)], map)?,
+                };
+                rows.collect::<Result<_, _>>()?
+            }
+            Db::Postgres(c) => {
+                // SUM of BIGINT is NUMERIC in PostgreSQL: cast back.
+                let q = match service {
+                    Some(_) => sql(["$1", "$2", "$3", "$4"]),
+                    None => sql(["", "$1", "$2", "$3"]),
+                };
+                let q = cast_sums(&q.replace("SUM(", "SUM_("));
+                let (a, b, d) = (i(step), i(from), i(to));
+                let rows = match service {
+                    Some(s) => c.query(&q, &[&s, &a, &b, &d]).await?,
+                    None => c.query(&q, &[&a, &b, &d]).await?,
+                };
+                rows.into_iter()
+                    .map(|r| {
+                        point(
+                            r.get(0),
+                            r.get(1),
+                            [r.get(2), r.get(3), r.get(4), r.get(5), r.get(6)],
+                            [r.get(7), r.get(8), r.get(9), r.get(11)],
+                            [r.get(10), r.get(12)],
+                            r.get(13),
+                        )
+                    })
+                    .collect()
+            }
+        })
+    }
+}
+
+/// PostgreSQL's SUM of a BIGINT is NUMERIC: each `SUM_(col)` becomes
+/// `SUM(col)::BIGINT` for integer columns and `SUM(col)` for the others.
+fn cast_sums(q: &str) -> String {
+    const INTS: [&str; 7] = [
+        "requests",
+        "bytes",
+        "hits",
+        "lookups",
+        "samples",
+        "mos_est_n",
+        "mos_rep_n",
+    ];
+    let mut out = q.to_string();
+    for c in INTS {
+        out = out.replace(&format!("SUM_({c})"), &format!("SUM({c})::BIGINT"));
+    }
+    out.replace("SUM_(", "SUM(")
 }
 
 impl Db {
@@ -495,6 +727,65 @@ mod tests {
             (ev.len(), ev[0].kind.as_str(), ev[0].at_ms),
             (1, "healed", 6)
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Time series add into the buckets already stored (a restart adds,
+    /// never replaces), keep the highest cost, sum services per region for
+    /// the platform, and drop what a resolution no longer keeps.
+    #[tokio::test]
+    async fn sqlite_series_add_up_prune_and_sum_across_services() {
+        use crate::timeseries::{Accumulator, Point};
+        let dir = std::env::temp_dir().join(format!("vcdn-series-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = Store::open(&dir, &OpenOptions::default()).await.unwrap();
+        let p = |service: &str, t: u64, requests: u64, cost: f64| Point {
+            service: service.into(),
+            region: "paris".into(),
+            step: 10,
+            t,
+            acc: Accumulator {
+                requests,
+                samples: 1,
+                instances: 2.0,
+                cost,
+                ..Default::default()
+            },
+        };
+        s.series_add(&[p("a", 100, 5, 1.0), p("b", 100, 7, 0.5)], &[])
+            .await
+            .unwrap();
+        s.series_add(&[p("a", 100, 3, 0.8), p("a", 110, 1, 2.0)], &[])
+            .await
+            .unwrap();
+        let a = s.series(Some("a"), 10, 0, 1000).await.unwrap();
+        let got: Vec<(u64, u64, u64, f64, f64)> = a
+            .iter()
+            .map(|p| {
+                (
+                    p.t,
+                    p.acc.requests,
+                    p.acc.samples,
+                    p.acc.instances,
+                    p.acc.cost,
+                )
+            })
+            .collect();
+        assert_eq!(got, [(100, 8, 2, 4.0, 1.0), (110, 1, 1, 2.0, 2.0)]);
+        let all = s.series(None, 10, 100, 110).await.unwrap();
+        assert_eq!(
+            (all.len(), all[0].acc.requests),
+            (1, 15),
+            "a and b summed, t < 110"
+        );
+        s.series_add(&[], &[(10, 110)]).await.unwrap();
+        assert_eq!(
+            s.series(Some("a"), 10, 0, 1000).await.unwrap().len(),
+            1,
+            "t 100 pruned"
+        );
+        assert!(s.series(Some("a"), 300, 0, 1000).await.unwrap().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

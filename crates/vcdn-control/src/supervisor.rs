@@ -3,7 +3,7 @@
 //! every instance's load and usage, and scales elastic services; every
 //! hundred ticks it makes the router's services match the store's.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,6 +14,8 @@ use vcdn_policy::autoscale::Decision;
 use crate::control::{fmt_pid, now_s, random_hex, Control, ControlError};
 use crate::deployer;
 use crate::planner::{self, Fleet};
+use crate::pricing;
+use crate::timeseries::Accumulator;
 use crate::types::*;
 
 /// Polls (1 s apart, 1 s timeout each) an instance may miss before it is
@@ -24,6 +26,9 @@ const UNRESPONSIVE_POLLS: u32 = 30;
 /// Between samples, the supervisor reacts to telemetry records this
 /// fresh only (three of a cache's 100 ms intervals).
 const REACT_FRESH: Duration = Duration::from_millis(300);
+
+/// Players' reported MOS counts this long after their last report.
+const REPORTED_MOS_FRESH: Duration = Duration::from_secs(30);
 
 /// No scale-in this soon after a scale-out in the same region.
 const SCALE_IN_AFTER_OUT: Duration = Duration::from_secs(30);
@@ -427,6 +432,7 @@ impl Control {
         for s in services {
             let mut usage = Usage::default();
             let mut loads: HashMap<String, f64> = HashMap::new();
+            let mut samples: BTreeMap<String, Accumulator> = BTreeMap::new();
             let mut hung = Vec::new();
             for r in &s.graph.regions {
                 for i in &r.instances {
@@ -455,7 +461,15 @@ impl Control {
                         .as_object()
                         .map_or(0, |m| m.values().filter_map(|x| x.as_u64()).sum());
                     let bytes = v["body_bytes_sent"].as_u64().unwrap_or(0);
-                    let (dr, db) = rt.count(&i.id, v["boot_ms"].as_u64(), requests, bytes);
+                    let (hits, lookups) = hits_and_lookups(&v["requests"]);
+                    let [dr, db, dh, dl] = rt.count(
+                        &i.id,
+                        v["boot_ms"].as_u64(),
+                        [requests, bytes, hits, lookups],
+                    );
+                    let a = samples.entry(r.region.clone()).or_default();
+                    (a.requests, a.bytes, a.hits, a.lookups) =
+                        (a.requests + dr, a.bytes + db, a.hits + dh, a.lookups + dl);
                     // With Kafka billing, the caches' requests and bytes
                     // are billed as their records arrive from Kafka
                     // (`crate::billing`); the delta here is load only.
@@ -517,6 +531,59 @@ impl Control {
                 .await;
             }
             self.autoscale(&s, &loads).await;
+            self.record(&s, &loads, samples).await;
+        }
+    }
+
+    /// Adds this sample of a service to its time series
+    /// ([`crate::timeseries`]): per region what its caches served since the
+    /// last sample, its serving instances, load and MOS; the service's cost
+    /// so far. A closed 10 s bucket goes to the store.
+    async fn record(
+        &self,
+        s: &Service,
+        loads: &HashMap<String, f64>,
+        mut samples: BTreeMap<String, Accumulator>,
+    ) {
+        let now = now_s();
+        let live = self.services.lock().await.get(&s.id).cloned();
+        let Some(live) = live else { return };
+        {
+            let rt = self.runtime.lock();
+            let rt = rt.get(&s.id);
+            for r in &live.graph.regions {
+                let a = samples.entry(r.region.clone()).or_default();
+                a.samples = 1;
+                a.instances = r.instances.iter().filter(|i| i.serving()).count() as f64;
+                a.load = loads.get(&r.region).copied().unwrap_or(0.0);
+                if let Some(m) = rt.and_then(|rt| rt.estimated_mos.get(&r.region)) {
+                    (a.mos_est, a.mos_est_n) = (*m, 1);
+                }
+                if let Some((m, at)) = rt.and_then(|rt| rt.reported_mos.get(&r.region)) {
+                    if at.elapsed() < REPORTED_MOS_FRESH {
+                        (a.mos_rep, a.mos_rep_n) = (*m, 1);
+                    }
+                }
+            }
+        }
+        samples.insert(
+            String::new(),
+            Accumulator {
+                cost: pricing::bill(&live, now).total,
+                ..Default::default()
+            },
+        );
+        let mut closed = Vec::new();
+        {
+            let mut rec = self.series.lock();
+            for (region, a) in &samples {
+                closed.extend(rec.add(now, &s.id, region, a));
+            }
+        }
+        for (points, prune) in closed {
+            if let Err(e) = self.store.series_add(&points, &prune).await {
+                tracing::warn!(error = %e, "cannot store the time series");
+            }
         }
     }
 
@@ -595,10 +662,10 @@ impl Control {
             };
             rt.failures.remove(&i.id);
             let (requests, bytes, cpu) = crate::accel::proxy_counters(&v);
-            let (lr, lb) = rt
+            let [lr, lb, ..] = rt
                 .counters
-                .insert(i.id.clone(), (requests, bytes))
-                .unwrap_or((0, 0));
+                .insert(i.id.clone(), [requests, bytes, 0, 0])
+                .unwrap_or_default();
             let lc = rt.cpu.insert(i.id.clone(), cpu).unwrap_or(0.0);
             let since = |now: u64, last: u64| if now >= last { now - last } else { now };
             let (dr, db) = (since(requests, lr), since(bytes, lb));
@@ -709,7 +776,7 @@ impl Control {
             let reported = rt
                 .reported_mos
                 .get(&r.region)
-                .filter(|(_, at)| at.elapsed() < Duration::from_secs(30))
+                .filter(|(_, at)| at.elapsed() < REPORTED_MOS_FRESH)
                 .map(|(m, _)| *m);
             let worst = [estimated, reported].into_iter().flatten().reduce(f64::min);
             let due = rt
@@ -1238,6 +1305,16 @@ impl Control {
             .await;
         }
     }
+}
+
+/// A cache's cumulative (hits, lookups) from its `/stats` `requests`
+/// counts by cache status: hits are fresh, stale and revalidated answers;
+/// lookups also count misses, coalesced and refreshed ones (not passes,
+/// errors or bypasses: those are not looked up), as its own `hit_ratio`.
+fn hits_and_lookups(requests: &serde_json::Value) -> (u64, u64) {
+    let n = |k: &str| requests[k].as_u64().unwrap_or(0);
+    let hits = n("hit") + n("stale") + n("revalidated");
+    (hits, hits + n("miss") + n("coalesced") + n("refresh"))
 }
 
 /// An instance's `/stats` (cache or proxy), if it answers as itself:

@@ -159,6 +159,11 @@ pub fn render(router: &Router) -> String {
     let _ = writeln!(o, "vcdn_router_health_checks_total {}", g(&m.health_checks));
     let _ = writeln!(
         o,
+        "# HELP vcdn_router_health_check_failures_total Cache health polls that failed."
+    );
+    let _ = writeln!(o, "# TYPE vcdn_router_health_check_failures_total counter");
+    let _ = writeln!(
+        o,
         "vcdn_router_health_check_failures_total {}",
         g(&m.health_failures)
     );
@@ -170,7 +175,9 @@ pub fn render(router: &Router) -> String {
     );
     let _ = writeln!(o, "# TYPE vcdn_router_cache_up gauge");
     let mut admission = String::new();
-    let mut sizes = String::new();
+    // One family per string: the exposition format wants each family's
+    // samples together under its own TYPE.
+    let [mut capacity, mut entries, mut alpha, mut catalogue]: [String; 4] = Default::default();
     for svc in &snap.services {
         for (ri, caches) in &svc.regions {
             let region = &snap.regions[*ri].name;
@@ -197,22 +204,26 @@ pub fn render(router: &Router) -> String {
                 if let Some(f) = &c.filter {
                     let f = f.lock();
                     let _ = writeln!(
-                        sizes,
+                        capacity,
                         "vcdn_router_filter_capacity{{{labels}}} {}",
                         f.capacity()
                     );
-                    let _ = writeln!(sizes, "vcdn_router_filter_entries{{{labels}}} {}", f.len());
+                    let _ = writeln!(
+                        entries,
+                        "vcdn_router_filter_entries{{{labels}}} {}",
+                        f.len()
+                    );
                 }
             }
         }
         if let Some(p) = svc.popularity.lock().estimate() {
             let _ = writeln!(
-                sizes,
+                alpha,
                 "vcdn_router_popularity_alpha{{service=\"{}\"}} {:.4}",
                 svc.config.name, p.alpha
             );
             let _ = writeln!(
-                sizes,
+                catalogue,
                 "vcdn_router_popularity_catalogue{{service=\"{}\"}} {:.0}",
                 svc.config.name, p.catalogue
             );
@@ -224,9 +235,32 @@ pub fn render(router: &Router) -> String {
     );
     let _ = writeln!(o, "# TYPE vcdn_router_admission_total counter");
     o.push_str(&admission);
-    let _ = writeln!(o, "# HELP vcdn_router_filter_capacity LRU filter size (C1) and current entries; estimated Zipf alpha and catalogue size.");
-    let _ = writeln!(o, "# TYPE vcdn_router_filter_capacity gauge");
-    o.push_str(&sizes);
+    for (name, help, samples) in [
+        (
+            "filter_capacity",
+            "LRU filter size (C1) per cache.",
+            capacity,
+        ),
+        (
+            "filter_entries",
+            "Entries in the LRU filter per cache.",
+            entries,
+        ),
+        (
+            "popularity_alpha",
+            "Estimated Zipf alpha of a service's requests.",
+            alpha,
+        ),
+        (
+            "popularity_catalogue",
+            "Estimated catalogue size of a service.",
+            catalogue,
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP vcdn_router_{name} {help}");
+        let _ = writeln!(o, "# TYPE vcdn_router_{name} gauge");
+        o.push_str(&samples);
+    }
     if router.dataplane.get().is_some() || router.srv6_unavailable.get().is_some() {
         let _ = writeln!(
             o,

@@ -924,6 +924,19 @@ async fn postgresql_keeps_the_state_across_a_restart() {
         .await;
     assert!(ev.to_string().contains("reconciled"), "{ev}");
     assert_eq!(resolve(up.dns, "127.2.0.1", "pg.example").len(), 1);
+    // Its history is kept in PostgreSQL too: the first 10 s bucket closes.
+    let series = format!("/v1/services/{id}/timeseries?step=10");
+    assert!(
+        eventually(30, || async {
+            let (st, v, _) = up.call(&key, "GET", &series, None).await;
+            st == 200
+                && v["regions"][0]["region"] == "lyon"
+                && v["regions"][0]["instances"][0] == json!(1.0)
+        })
+        .await,
+        "{}",
+        up.call(&key, "GET", &series, None).await.1
+    );
     let (st, _, _) = up
         .call(&key, "DELETE", &format!("/v1/services/{id}"), None)
         .await;
