@@ -56,6 +56,21 @@ if ! command -v prometheus >/dev/null 2>&1; then
   if ((made_policy)); then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi
 
+# The API document is checked against a live vcdn up by schemathesis (PyPI),
+# in a virtualenv kept outside the work tree.
+ST_VENV="${XDG_CACHE_HOME:-$HOME/.cache}/vcdn/schemathesis-4.32.5"
+if [[ ! -x "$ST_VENV/bin/schemathesis" ]]; then
+  echo "== installing schemathesis 4.32.5 in $ST_VENV"
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+    SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv \
+      || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv; }
+  fi
+  rm -rf "$ST_VENV"
+  python3 -m venv "$ST_VENV"
+  "$ST_VENV/bin/pip" install -q schemathesis==4.32.5
+fi
+
 # The test bed's tests build namespaces with iproute2 and measure with
 # iputils' ping.
 if ! command -v ip >/dev/null 2>&1 || ! command -v ping >/dev/null 2>&1; then

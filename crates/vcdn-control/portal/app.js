@@ -56,6 +56,8 @@ const plural = (n, one, many) => `${n} ${n === 1 ? one : many || one + 's'}`;
 
 function fmtInt(n) { return n == null ? '—' : Math.round(n).toLocaleString('en-US'); }
 function fmtNum(n, digits = 2) { return n == null ? '—' : Number(n.toFixed(digits)).toString(); }
+/** A rate with at least two significant digits: 1234, 12.3, 0.0067. */
+function fmtRate(v) { return v == null ? '—' : v === 0 || Math.abs(v) >= 100 ? String(Math.round(v)) : String(Number(v.toPrecision(2))); }
 function fmtBytes(b) {
   if (b == null) return '—';
   const units = ['B', 'kB', 'MB', 'GB', 'TB', 'PB'];
@@ -106,14 +108,20 @@ function splitHostPort(s) {
   return m ? { host: m[1], port: m[2] } : { host: s, port: undefined };
 }
 
-/** Copies text and says so in the status element. */
-async function copyText(text, status) {
+/** Copies an element's text (selecting it when the clipboard is refused) and says so. */
+async function copyText(el, status) {
+  let ok = false;
   try {
-    await navigator.clipboard.writeText(text);
-    status.textContent = 'Copied to the clipboard.';
+    await navigator.clipboard.writeText(el.textContent);
+    ok = true;
   } catch {
-    status.textContent = 'Copy failed: select the text and copy it yourself.';
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+    try { ok = document.execCommand('copy'); } catch { ok = false; }
   }
+  status.textContent = ok ? 'Copied to the clipboard.' : 'Selected: press Ctrl+C to copy.';
   setTimeout(() => { status.textContent = ''; }, 4000);
 }
 /** A command line in a code block with a Copy button. */
@@ -121,7 +129,7 @@ function commandLine(id, label, text, status) {
   return h('div', { class: 'cmd' },
     h('code', { id, text }),
     h('button', { type: 'button', class: 'btn btn-small',
-      onclick: () => copyText(byId(id).textContent, status) }, 'Copy', h('span', { class: 'vh', text: ` the ${label}` })));
+      onclick: () => copyText(byId(id), status) }, 'Copy', h('span', { class: 'vh', text: ` the ${label}` })));
 }
 
 /* ---------- 2. API ---------- */
@@ -224,6 +232,7 @@ function onSubmit(form, box, action, fieldFor) {
 let session = null; // {role, customer?, csrf}; the key itself is never kept
 let page = null; // the current page's context
 let wanted = null; // where to go after login
+let loginNotice = ''; // why the login page is shown, when a session ended
 const HINT = 'vcdn-portal-session'; // says only "a session may exist", never the key
 
 const NAV = {
@@ -270,6 +279,8 @@ async function logout() {
   location.hash = '#/login';
 }
 function sessionEnded() {
+  if (!session) return;
+  loginNotice = 'Your session ended. Log in again to go on.';
   session = null;
   localStorage.removeItem(HINT);
   wanted = location.hash;
@@ -313,7 +324,8 @@ function route() {
     if (!hash || hash === '#/') location.replace(session ? home() : '#/login');
     return;
   }
-  const parts = hash.slice(2).split('/').map(decodeURIComponent);
+  let parts;
+  try { parts = hash.slice(2).split('/').map(decodeURIComponent); } catch { parts = ['']; }
   let name = parts[0];
   if (name === 'services' && parts[1]) name = 'service';
   const r = ROUTES[name];
@@ -372,7 +384,9 @@ function pageLogin(ctx) {
     loadUplot().catch(() => {});
   });
   mount(h('div', { class: 'login' }, h('h1', { text: 'Log in to vcdn' }),
-    h('p', { class: 'lead', text: 'Order and watch your virtual CDNs, or run the platform as its operator.' }), form));
+    h('p', { class: 'lead', text: 'Order and watch your virtual CDNs, or run the platform as its operator.' }),
+    loginNotice ? h('p', { class: 'notice', role: 'status', text: loginNotice }) : null, form));
+  loginNotice = '';
   if (!ctx.alive) return;
   input.focus();
 }
@@ -387,7 +401,7 @@ async function pageCatalog(ctx) {
     h('h2', { text: 'Flavors' }),
     h('div', { class: 'cards' }, cat.flavors.map(flavorCard)),
     h('h2', { text: 'Regions' }),
-    table({ id: 'catalog-regions' }, ['Region', 'Latitude', 'Longitude'],
+    table({ id: 'catalog-regions', class: 'compact' }, ['Region', 'Latitude', 'Longitude'],
       cat.regions.map((r) => h('tr', {}, h('th', { scope: 'row', text: r.name }), h('td', { text: fmtNum(r.lat) }), h('td', { text: fmtNum(r.lon) }))), 'Regions on offer'),
     session.role === 'customer' ? h('p', {}, h('a', { class: 'btn btn-primary', href: '#/order', text: 'Order a service' })) : null);
 }
@@ -397,14 +411,18 @@ function pricingText(p) {
   if (p.per_million_requests) parts.push(`${fmtMoney(p.per_million_requests, p.currency)} per million requests`);
   return parts.join(', ');
 }
+function instanceRange(t) {
+  const max = t.max_instances || 16;
+  return max === t.min_instances ? String(max) : `${t.min_instances} to ${max}`;
+}
 function flavorCard(f) {
   const t = f.template;
   return h('article', { class: 'card' },
-    h('h3', {}, f.name, ' ', badge(f.kind)),
+    h('h3', {}, f.name, ' ', f.kind !== f.name ? badge(f.kind) : null),
     h('p', { text: f.description || '' }),
     dl([
       ['Pricing', `${f.pricing.scheme.replace('_', ' ')}: ${pricingText(f.pricing)}`],
-      ['Instances', `${t.min_instances} to ${t.max_instances || 16} per region, ${t.vcpus_per_instance} vCPU and ${t.memory_mib_per_instance} MiB each`],
+      ['Instances', `${instanceRange(t)} per region, ${t.vcpus_per_instance} vCPU and ${t.memory_mib_per_instance} MiB each`],
       ['Placement', t.placement || 'consolidate'],
       ['Regions', t.allowed_regions && t.allowed_regions.length ? t.allowed_regions.join(', ') : 'all'],
     ]));
@@ -458,6 +476,8 @@ function orderForm(cat) {
     sent = cat.regions.map((r) => ({ region: r.name, v: v(`demand-${r.name}`) }))
       .filter((x) => x.v !== '' && x.v !== '0').map((x) => ({ region: x.region, peak_users: Number(x.v) }));
     if (!sent.length) throw new ApiError(0, { title: 'No demand.', detail: 'Give the peak users of at least one region.' });
+    const bad = sent.map((r, i) => (Number.isInteger(r.peak_users) && r.peak_users > 0 ? null : { field: `regions[${i}].peak_users`, detail: 'Give a whole number of users, 1 or more.' })).filter(Boolean);
+    if (bad.length) throw new ApiError(0, { title: 'Check the demand.', errors: bad });
     const s = { name: v('name'), origin: v('origin'), hostname: v('hostname'), flavor: flavor.value, regions: sent };
     if (v('min-mos')) s.quality = { min_mos: Number(v('min-mos')) };
     if (v('lease-hours')) s.lease = { duration_s: Math.round(Number(v('lease-hours')) * 3600) };
@@ -560,10 +580,12 @@ async function pageService(ctx, id) {
   try { svc = await api('GET', `/v1/services/${enc(id)}`); } catch (err) { failed(body, err); return; }
   if (!ctx.alive) return;
   fill(title, svc.name, ' ', badge(svc.state, 'state'));
+  document.title = `${svc.name} · vcdn`;
   const parts = {
     facts: h('div'), entry: h('section', { id: 'entry-point', class: 'card', 'aria-labelledby': 'entry-h' }),
     usage: h('section', { class: 'card', 'aria-labelledby': 'usage-h' }), instances: h('section', { 'aria-labelledby': 'inst-h' }),
   };
+  const ended = ['deleted', 'expired'].includes(svc.state);
   const refresh = async () => {
     const s = await api('GET', `/v1/services/${enc(svc.id)}`);
     if (ctx.alive) showService(s, title, parts);
@@ -572,11 +594,11 @@ async function pageService(ctx, id) {
     h('div', { class: 'grid2' }, parts.entry, parts.usage),
     parts.instances,
     chartsPanel(ctx, `/v1/services/${enc(svc.id)}/timeseries`, { currency: (svc.cost && svc.cost.currency) || '' }),
-    h('section', { 'aria-labelledby': 'content-h' }, h('h2', { id: 'content-h', text: 'Content' }),
+    ended ? null : h('section', { 'aria-labelledby': 'content-h' }, h('h2', { id: 'content-h', text: 'Content' }),
       h('div', { class: 'grid2' }, purgeForm(svc), prefetchForm(svc))),
-    certificateSection(ctx, svc),
+    ended ? null : certificateSection(ctx, svc),
     eventsSection(ctx, svc, refresh),
-    deleteSection(svc, (s) => showService(s, title, parts)));
+    ended ? null : deleteSection(svc, (s) => showService(s, title, parts)));
   showService(svc, title, parts);
   every(ctx, 10000, refresh);
 }
@@ -601,7 +623,8 @@ function entryPoint(s) {
   const dns = splitHostPort(ep.dns_server);
   const dig = `dig @${dns.host}${dns.port && dns.port !== '53' ? ` -p ${dns.port}` : ''} ${ep.hostname} +short`;
   const first = ((s.graph && s.graph.regions) || []).flatMap((r) => r.instances || []).find((i) => i.state === 'running');
-  const addr = first ? splitHostPort(first.address).host : null;
+  const ip = first ? splitHostPort(first.address).host : null;
+  const addr = ip && ip.includes(':') ? `[${ip}]` : ip;
   const curl = addr ? `curl -si --resolve ${ep.hostname}:${ep.port}:${addr} ${ep.url}` : `curl -si ${ep.url}`;
   const status = h('p', { class: 'muted', role: 'status' });
   const accel = s.acceleration;
@@ -967,7 +990,7 @@ async function pageFlavors(ctx) {
       const t = f.template || {};
       return h('tr', {}, h('th', { scope: 'row' }, f.name, h('div', { class: 'muted small', text: f.description || '' })), h('td', {}, badge(f.kind)),
         h('td', { text: `${f.pricing.scheme.replace('_', ' ')}: ${pricingText(f.pricing)}` }),
-        h('td', { class: 'num', text: `${t.min_instances} to ${t.max_instances || 16}` }),
+        h('td', { class: 'num', text: instanceRange(t) }),
         h('td', { text: `${t.vcpus_per_instance} vCPU, ${t.memory_mib_per_instance} MiB` }), h('td', { text: t.placement || 'consolidate' }),
         h('td', { text: (t.allowed_regions || []).join(', ') || 'all' }), h('td', { text: (f.origin_allow || []).join(', ') || '—' }));
     }), 'Flavors on offer'));
@@ -1082,8 +1105,8 @@ function chartSpecs(ts, win, opts) {
   const totalReq = sum(regions.map((r) => sum(r.requests)));
   const [tq, rq] = per('requests', (v) => v / step);
   const peak = Math.max(0, ...rq.flat().filter((v) => v != null));
-  spec.requests = { x: tq, cols: rq, series: names.map((n, i) => line(n, i)), fmt: (v) => fmtNum(v, 1), min0: true,
-    summary: `${totalReq} requests in ${w}${regions.length > 1 ? ` (${regions.map((r) => `${r.region} ${sum(r.requests)}`).join(', ')})` : ''}; peak ${fmtNum(peak, 1)} requests/s.` };
+  spec.requests = { x: tq, cols: rq, series: names.map((n, i) => line(n, i)), fmt: fmtRate, min0: true,
+    summary: `${totalReq} requests in ${w}${regions.length > 1 ? ` (${regions.map((r) => `${r.region} ${sum(r.requests)}`).join(', ')})` : ''}; peak ${fmtRate(peak)} requests/s.` };
 
   const totalBytes = sum(regions.map((r) => sum(r.bytes)));
   const [tb, rb] = per('bytes', (v) => v / step);

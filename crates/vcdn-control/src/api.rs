@@ -47,7 +47,14 @@ struct Gate {
 
 pub fn handler(control: Arc<Control>) -> Handler {
     let gate = Arc::new(Gate {
-        guard: Guard::new("vcdn", ThrottleConfig::default()),
+        guard: Guard::new(
+            "vcdn",
+            ThrottleConfig {
+                max_failures: control.cfg.auth_failures_per_minute,
+                window: std::time::Duration::from_secs(60),
+                ..ThrottleConfig::default()
+            },
+        ),
         sessions: portal::Sessions::default(),
     });
     Arc::new(move |req| {
@@ -109,12 +116,33 @@ fn invalid_fields(errors: &[FieldError]) -> Response {
 }
 
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
-    serde_json::from_slice(body).map_err(|e| {
+    let bad = |e: serde_json::Error| {
         Response::problem(
             400,
             &format!("request body is not valid JSON for this resource: {e}"),
         )
-    })
+    };
+    let mut v: Value = serde_json::from_slice(body).map_err(bad)?;
+    whole_numbers_as_integers(&mut v);
+    serde_json::from_value(v).map_err(bad)
+}
+
+/// JSON (and the API document's JSON Schema) does not tell `2` from
+/// `2.0`; serde does. A number with no fraction that fits an integer is
+/// made one, so that `"vcpus": 4.0` is read as 4 (a fraction stays a
+/// float and is refused where an integer is wanted).
+fn whole_numbers_as_integers(v: &mut Value) {
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            if f.fract() == 0.0 && (-9.0e15..=9.0e15).contains(&f) {
+                *v = json!(f as i64);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(whole_numbers_as_integers),
+        Value::Object(o) => o.values_mut().for_each(whole_numbers_as_integers),
+        _ => {}
+    }
 }
 
 pub fn key_hash(key: &str) -> String {
@@ -296,6 +324,54 @@ pub(crate) fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|kv| kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
 }
 
+/// The path split at `/`, without the leading one (nor a trailing one).
+fn segments(path: &str) -> Vec<&str> {
+    path.trim_end_matches('/').split('/').skip(1).collect()
+}
+
+/// The path's segments percent-decoded (RFC 3986 §2.1), so that
+/// `/v1/regions/a%20b` names the region `a b` (a name no resource has is
+/// then a 404, as any other); a segment that is not percent-encoded UTF-8
+/// is a 400.
+fn decode_segments(path: &str) -> Result<Vec<String>, Response> {
+    segments(path)
+        .into_iter()
+        .map(|seg| {
+            let b = seg.as_bytes();
+            let mut out = Vec::with_capacity(b.len());
+            let mut i = 0;
+            while i < b.len() {
+                if b[i] == b'%' {
+                    let hex = b
+                        .get(i + 1..i + 3)
+                        .and_then(|h| std::str::from_utf8(h).ok());
+                    match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                        Some(v) => out.push(v),
+                        None => {
+                            return Err(Response::problem(
+                                400,
+                                &format!(
+                                "the path segment {seg:?} has a % not followed by two hex digits"
+                            ),
+                            ))
+                        }
+                    }
+                    i += 3;
+                } else {
+                    out.push(b[i]);
+                    i += 1;
+                }
+            }
+            String::from_utf8(out).map_err(|_| {
+                Response::problem(
+                    400,
+                    &format!("the path segment {seg:?} does not decode to UTF-8 text"),
+                )
+            })
+        })
+        .collect()
+}
+
 /// The methods the resource at `segs` (the path split at `/`, after the
 /// caller is known) allows, for a 405's `Allow`; None: no such resource.
 fn allowed_methods(segs: &[&str]) -> Option<&'static str> {
@@ -350,13 +426,27 @@ async fn route(c: &Arc<Control>, gate: &Gate, req: Request) -> Response {
         // Proxies' RTT reports carry their service's report token, not a
         // customer key or the operator token.
         (Method::Post, "/v1/accel/rtt") => return rtt_report(c, guard, &req).await,
+        // These need no credentials, so a method they do not allow is
+        // answered as such without asking for any.
+        (_, "/healthz" | "/metrics" | "/v1/openapi.json" | "/v1/accel/rtt") => {
+            let allow = allowed_methods(&segments(path)).unwrap_or("GET, HEAD");
+            return Response::problem(
+                405,
+                &format!("{path} allows {allow} (see /v1/openapi.json)"),
+            )
+            .header("Allow", allow);
+        }
         _ => {}
     }
     let who = match caller(c, gate, &req).await {
         Ok(w) => w,
         Err(r) => return r,
     };
-    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let decoded = match decode_segments(path) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let segs: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let r = match (m, segs.as_slice()) {
         (Method::Get, ["v1", "catalog"]) => catalog(c).await,
         (Method::Get, ["v1", "regions"]) => c
@@ -648,20 +738,35 @@ async fn content_action(c: &Control, who: &Caller, id: &str, action: &str, body:
             &format!("service {} is {:?}, not running", s.id, s.state).to_lowercase(),
         ));
     }
-    let v: Value = parse(body)?;
-    let ok = match action {
-        "purge" => {
-            v.get("url").is_some_and(Value::is_string)
-                || v.get("prefix").is_some_and(Value::is_string)
-                || v.get("all") == Some(&json!(true))
-        }
-        _ => v.get("url").is_some_and(Value::is_string),
-    };
+    /// What purge and prefetch take: exactly one of them.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Content {
+        url: Option<String>,
+        prefix: Option<String>,
+        all: Option<bool>,
+    }
+    let raw: Value = parse(body)?;
+    let one = raw.as_object().is_some_and(|o| o.len() == 1);
+    let v: Content = serde_json::from_value(raw).map_err(|e| {
+        Response::problem(
+            400,
+            &format!("request body is not valid JSON for this resource: {e}"),
+        )
+    })?;
+    let ok = one
+        && matches!(
+            (action, v.url, v.prefix, v.all),
+            ("purge", Some(_), None, None)
+                | ("purge", None, Some(_), None)
+                | ("purge", None, None, Some(true))
+                | (_, Some(_), None, None)
+        );
     if !ok {
         return Err(Response::problem(
             422,
             if action == "purge" {
-                "purge takes {\"url\": \"/path\"}, {\"prefix\": \"/dir/\"} or {\"all\": true}"
+                "purge takes one of {\"url\": \"/path\"}, {\"prefix\": \"/dir/\"} or {\"all\": true}"
             } else {
                 "prefetch takes {\"url\": \"/path\"}"
             },

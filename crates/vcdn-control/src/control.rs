@@ -69,6 +69,9 @@ pub struct ControlConfig {
     /// Whether this platform built the SR domain (`vcdn up --srv6`) and
     /// offers `routing: "srv6"`.
     pub srv6: bool,
+    /// Failed authentications a source may make per minute before it gets
+    /// 429 until the minute is over.
+    pub auth_failures_per_minute: u32,
 }
 
 /// An operation's failure, mapped to an HTTP status by the API.

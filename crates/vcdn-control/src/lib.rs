@@ -80,6 +80,8 @@ pub struct UpOptions {
     /// Offer `routing: "srv6"` (`vcdn up --srv6`): build the SR domain on
     /// this host (`vcdn_srv6::domain`) and be its dispatcher.
     pub srv6: bool,
+    /// See [`ControlConfig::auth_failures_per_minute`].
+    pub auth_failures_per_minute: u32,
 }
 
 /// `vcdn up --kafka`'s broker ports (on 127.0.0.1; its data in
@@ -307,6 +309,7 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         api_fingerprint: api_fingerprint.clone(),
         internal_ca: Some(internal_ca),
         srv6: o.srv6,
+        auth_failures_per_minute: o.auth_failures_per_minute,
     };
     let control = Control::open(cfg, store, Arc::new(vim))
         .await

@@ -93,7 +93,7 @@ pub const MAX_ORIGIN_CA_PEM: usize = 64 * 1024;
 /// query, fragment, spaces or control characters.
 pub fn origin_url(s: &str) -> Result<OriginUrl, String> {
     const HOW: &str =
-        "give http://host[:port][/path] or https://..., e.g. https://origin.example.com:8443";
+        "give an http:// or https:// URL with a host, an optional port and path, e.g. https://origin.example.com:8443";
     if s.len() > 2048 {
         return Err("the URL is longer than 2048 characters".into());
     }

@@ -101,6 +101,11 @@ pub struct UpArgs {
     /// The Kafka controller's port (with --kafka).
     #[arg(long, default_value_t = 9093, env = "VCDN_KAFKA_CONTROLLER_PORT")]
     kafka_controller_port: u16,
+    /// Failed authentications (API or portal login) one source may make in
+    /// a minute; then it gets 429 until the minute is over, whatever it
+    /// sends.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..), env = "VCDN_AUTH_FAILURES_PER_MINUTE")]
+    auth_failures_per_minute: u32,
     /// Also run a demo origin and make a demo customer.
     #[arg(long)]
     demo: bool,
@@ -163,6 +168,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
             ),
             stats_polling: !a.no_stats_polling,
             srv6: a.srv6,
+            auth_failures_per_minute: a.auth_failures_per_minute,
             kafka: a.kafka.then_some(vcdn_control::KafkaPorts {
                 port: a.kafka_port,
                 controller_port: a.kafka_controller_port,

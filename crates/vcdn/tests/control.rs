@@ -672,17 +672,31 @@ async fn the_api_keeps_customers_apart_and_explains_errors() {
             .all(|i| i["status"] == 200),
         "{r}"
     );
-    assert_eq!(
-        up.call(
-            &b,
-            "POST",
-            &format!("/v1/services/{}/purge", s2["id"].as_str().unwrap()),
-            Some(json!({"nothing": 1}))
-        )
+    // Purge takes one of url, prefix or all: an unknown member is a
+    // malformed body (400, as everywhere), none or two are 422.
+    let purge = format!("/v1/services/{}/purge", s2["id"].as_str().unwrap());
+    for (body, want) in [
+        (json!({"nothing": 1}), 400),
+        (json!({}), 422),
+        (json!({"all": true, "url": "/size/100"}), 422),
+        (json!({"all": false}), 422),
+    ] {
+        let (st, p, _) = up.call(&b, "POST", &purge, Some(body.clone())).await;
+        assert_eq!(st, want, "{body}: {p}");
+    }
+
+    // Path segments are percent-decoded: marseille%2D1 is marseille-1.
+    let (st, p, _) = up.call(OP, "DELETE", "/v1/hosts/marseille%2D1", None).await;
+    assert_eq!(st, 409, "{p}");
+    let (st, p, _) = up.call(OP, "DELETE", "/v1/hosts/%FF", None).await;
+    assert_eq!(st, 400, "{p}");
+    // What needs no credentials says what it allows without asking for any.
+    let r = up
+        .api_client()
+        .request("POST", "/healthz", &[], b"")
         .await
-        .0,
-        422
-    );
+        .unwrap();
+    assert_eq!((r.status(), r.header("allow")), (405, Some("GET, HEAD")));
 
     // A host in use cannot be removed.
     assert_eq!(
