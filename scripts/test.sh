@@ -71,6 +71,26 @@ if [[ ! -x "$ST_VENV/bin/schemathesis" ]]; then
   "$ST_VENV/bin/pip" install -q schemathesis==4.32.5
 fi
 
+# The portal's browser tests check accessibility with axe-core, fetched once
+# from the npm registry (checked against the registry's sha512) and kept
+# outside the work tree.
+AXE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/vcdn/axe-core-4.11.0"
+if [[ ! -f "$AXE_DIR/axe.min.js" ]]; then
+  echo "== fetching axe-core 4.11.0 from the npm registry"
+  mkdir -p "$AXE_DIR"
+  python3 - "$AXE_DIR" <<'PY'
+import base64, hashlib, io, sys, tarfile, urllib.request
+url = "https://registry.npmjs.org/axe-core/-/axe-core-4.11.0.tgz"
+want = "ilYanEU8vxxBexpJd8cWM4ElSQq4QctCLKih0TSfjIfCQTeyH/6zVrmIJfLPrKTKJRbiG+cfnZbQIjAlJmF1jQ=="
+data = urllib.request.urlopen(url, timeout=60).read()
+if base64.b64encode(hashlib.sha512(data).digest()).decode() != want:
+    sys.exit(f"{url}: sha512 does not match the registry's")
+with tarfile.open(fileobj=io.BytesIO(data)) as t:
+    for name in ("axe.min.js", "LICENSE"):
+        open(f"{sys.argv[1]}/{name}", "wb").write(t.extractfile(f"package/{name}").read())
+PY
+fi
+
 # The test bed's tests build namespaces with iproute2 and measure with
 # iputils' ping.
 if ! command -v ip >/dev/null 2>&1 || ! command -v ping >/dev/null 2>&1; then

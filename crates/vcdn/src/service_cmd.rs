@@ -98,6 +98,18 @@ enum ServiceCmd {
     Events { service: String },
     /// Usage and cost so far.
     Usage { service: String },
+    /// History per region: requests/s, hit ratio, instances and MOS over
+    /// time (GET /v1/services/{id}/timeseries).
+    History {
+        service: String,
+        /// How far back: 90s, 30m, 2h, 1d.
+        #[arg(long, default_value = "1h", value_parser = parse_duration)]
+        since: u64,
+        /// Seconds per row: 10, 300 or 3600 [default: the finest that
+        /// fits].
+        #[arg(long)]
+        step: Option<u64>,
+    },
     /// Purge content from every cache of the service.
     Purge {
         service: String,
@@ -596,6 +608,60 @@ pub fn run_service(a: ServiceArgs) -> Result<(), String> {
                         s(&v["extra"]),
                         format!("{} {}", s(&v["total"]), s(&v["currency"])),
                     ]],
+                )
+            }
+        }
+        ServiceCmd::History {
+            service,
+            since,
+            step,
+        } => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let step = step.map_or(String::new(), |s| format!("&step={s}"));
+            let from = now.saturating_sub(since);
+            let v = c.call(
+                "GET",
+                &format!("/v1/services/{service}/timeseries?from={from}{step}"),
+                None,
+            )?;
+            if c.json {
+                v.to_string()
+            } else {
+                let step = v["step_s"].as_f64().unwrap_or(10.0);
+                let mut rows = Vec::new();
+                for r in v["regions"].as_array().into_iter().flatten() {
+                    let col = |name: &str, i: usize| r[name].get(i).cloned().unwrap_or(Value::Null);
+                    for (i, t) in r["t"].as_array().into_iter().flatten().enumerate() {
+                        let rate = col("requests", i)
+                            .as_f64()
+                            .map_or("-".into(), |n| format!("{:.1}", n / step));
+                        let pct = col("hit_ratio", i)
+                            .as_f64()
+                            .map_or("-".into(), |h| format!("{:.0} %", h * 100.0));
+                        rows.push(vec![
+                            clock_ms(&Value::from(t.as_u64().unwrap_or(0) * 1000)),
+                            s(&r["region"]),
+                            rate,
+                            pct,
+                            s(&col("instances", i)),
+                            s(&col("mos_estimated", i)),
+                            s(&col("mos_reported", i)),
+                        ]);
+                    }
+                }
+                table(
+                    &[
+                        "TIME (UTC)",
+                        "REGION",
+                        "REQ/S",
+                        "HITS",
+                        "INSTANCES",
+                        "MOS EST",
+                        "MOS REPORTED",
+                    ],
+                    &rows,
                 )
             }
         }

@@ -223,6 +223,23 @@ async fn history_and_prometheus_show_what_a_service_served_with_its_labels() {
     assert_eq!(last["target_mos"], 4.0);
     assert!(sum(&last["total"]["cost"]) > 0.0, "{last}");
 
+    // The CLI prints it per region.
+    let api = up.api_client();
+    let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(["service", "history", &id, "--since", "10m"])
+        .env("VCDN_API", &api.url)
+        .env("VCDN_TOKEN", up.demo_key())
+        .env("VCDN_API_FINGERPRINT", api.fingerprint(&up.dir).unwrap())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("REQ/S") && text.contains("paris"), "{text}");
+
     // Another customer cannot read it; a customer cannot read the
     // platform's; the operator reads the platform's, summed per region.
     let (st, other) = up

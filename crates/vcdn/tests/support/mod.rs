@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use vcdn_http::client::{self, ClientResponse};
 
 pub mod bed;
+pub mod browser;
 pub mod up;
 
 pub const TOKEN: &str = "test-token-0123456789abcdef01234567";
