@@ -258,7 +258,7 @@ function renderShell() {
   const links = session ? NAV[session.role] : [];
   fill(byId('nav'), h('ul', {}, links.map(([href, label]) => h('li', {}, h('a', { href, text: label })))));
   fill(byId('who'), ...(session ? [
-    h('span', { class: 'who-role', text: session.role === 'operator' ? 'Operator' : `Customer ${session.customer}` }),
+    h('span', { class: 'who-role', text: session.role === 'operator' ? 'Operator' : `Customer ${session.name || session.customer}` }),
     h('button', { id: 'logout', type: 'button', class: 'btn btn-quiet', text: 'Log out', onclick: logout }),
   ] : []));
   markNav();

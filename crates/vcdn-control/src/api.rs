@@ -254,16 +254,25 @@ async fn login(c: &Control, gate: &Gate, req: &Request) -> Response {
         }
     };
     let (cookie, csrf) = gate.sessions.open(who.clone());
-    portal::secure(json_response(200, &session_view(&who, &csrf)))
+    portal::secure(json_response(200, &session_view(c, &who, &csrf).await))
         .header("Set-Cookie", portal::set_cookie(&cookie, c.cfg.api_https))
         .header("Cache-Control", "no-store")
 }
 
-fn session_view(who: &portal::Who, csrf: &str) -> Value {
+/// What the portal's page knows of its session: the role, the customer
+/// (id and name) and the CSRF token to send with every change.
+async fn session_view(c: &Control, who: &portal::Who, csrf: &str) -> Value {
     match who {
         portal::Who::Operator => json!({"role": "operator", "csrf": csrf}),
         portal::Who::Customer { id, .. } => {
-            json!({"role": "customer", "customer": id, "csrf": csrf})
+            let name = c
+                .store
+                .get::<Customer>("customer", id)
+                .await
+                .ok()
+                .flatten()
+                .map(|cu| cu.name);
+            json!({"role": "customer", "customer": id, "name": name, "csrf": csrf})
         }
     }
 }
@@ -281,8 +290,10 @@ async fn portal_route(c: &Control, gate: &Gate, req: &Request, path: &str) -> Op
         }
         (Method::Post, "/portal/login") => login(c, gate, req).await,
         (Method::Get, "/portal/session") => match gate.sessions.of(req) {
-            Some((who, csrf)) => portal::secure(json_response(200, &session_view(&who, &csrf)))
-                .header("Cache-Control", "no-store"),
+            Some((who, csrf)) => {
+                portal::secure(json_response(200, &session_view(c, &who, &csrf).await))
+                    .header("Cache-Control", "no-store")
+            }
             None => portal::secure(Response::problem(401, "not logged in")),
         },
         (Method::Post, "/portal/logout") => {

@@ -453,3 +453,174 @@ async fn first_paint_of_every_page_with_a_thousand_services() {
         "first contentful paint of 500 ms or more: {slow:?}"
     );
 }
+
+/// The portal's sessions under attack, without a browser: a login from
+/// another origin, a cookie without its CSRF token or with another's, a
+/// session whose key was rotated, a logout, paths outside the portal's
+/// files, and guessing keys at the login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_sessions_resist_forgery_stale_keys_and_guessing() {
+    let up = Up::start("portal-attacks", &[]);
+    let api = up.api_client();
+    let key = up.demo_key();
+    let login = |origin: Option<String>, key: String| {
+        let api = api.clone();
+        async move {
+            let body = json!({ "key": key }).to_string();
+            let mut h = vec![("Content-Type", "application/json".to_string())];
+            if let Some(o) = origin {
+                h.push(("Origin", o));
+            }
+            let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            api.request("POST", "/portal/login", &h, body.as_bytes())
+                .await
+                .unwrap()
+        }
+    };
+    let r = login(Some("https://evil.example".into()), key.clone()).await;
+    assert_eq!(r.status(), 403, "a login from another origin");
+
+    let r = login(Some(api.url.clone()), key.clone()).await;
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let set = r.header("set-cookie").unwrap().to_string();
+    for attr in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/"] {
+        assert!(set.contains(attr), "{set}");
+    }
+    let cookie = set.split(';').next().unwrap().to_string();
+    let csrf = serde_json::from_slice::<Value>(&r.body).unwrap()["csrf"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let call = |method: &'static str, path: String, extra: Vec<(&'static str, String)>| {
+        let api = api.clone();
+        async move {
+            let h: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let body: &[u8] = if method == "GET" {
+                b""
+            } else {
+                b"{\"all\": true}"
+            };
+            let r = api.request(method, &path, &h, body).await.unwrap();
+            (r.status(), r.text())
+        }
+    };
+    let c = || ("Cookie", format!("theme=dark; {cookie}"));
+    assert_eq!(call("GET", "/v1/services".into(), vec![c()]).await.0, 200);
+    assert_eq!(
+        call(
+            "GET",
+            "/v1/services".into(),
+            vec![("Cookie", "vcdn_session=".into())]
+        )
+        .await
+        .0,
+        401
+    );
+    assert_eq!(
+        call("GET", "/v1/hosts".into(), vec![c()]).await.0,
+        403,
+        "still a customer"
+    );
+    // Changes need the session's own CSRF token.
+    let purge = "/v1/services/nosuch/purge".to_string();
+    let (st, text) = call("POST", purge.clone(), vec![c()]).await;
+    assert_eq!(st, 403, "{text}");
+    assert!(text.contains("CSRF"), "{text}");
+    let (st, _) = call(
+        "POST",
+        purge.clone(),
+        vec![c(), ("X-CSRF-Token", "0".repeat(64))],
+    )
+    .await;
+    assert_eq!(st, 403);
+    let (st, text) = call(
+        "POST",
+        purge.clone(),
+        vec![c(), ("X-CSRF-Token", csrf.clone())],
+    )
+    .await;
+    assert_eq!(st, 404, "with its token it is the API's answer: {text}");
+
+    // Only the portal's files are served.
+    for path in [
+        "/portal/../../etc/passwd",
+        "/portal/%2e%2e/openapi.json",
+        "/portal/",
+        "/portal/app.js.map",
+    ] {
+        let r = api.request("GET", path, &[], b"").await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
+    let r = api
+        .request("GET", "/portal/app.js", &[], b"")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r
+        .header("content-security-policy")
+        .unwrap()
+        .contains("script-src 'self'"));
+
+    // A rotated key ends the sessions opened with it.
+    let (_, me) = up.call(&key, "GET", "/v1/services", None).await;
+    assert!(me["services"].is_array());
+    let (_, customers) = up.call(OP, "GET", "/v1/customers", None).await;
+    let id = customers["customers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "demo")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, rotated) = up
+        .call(OP, "POST", &format!("/v1/customers/{id}/key"), None)
+        .await;
+    assert_eq!(st, 200, "{rotated}");
+    let (st, text) = call("GET", "/v1/services".into(), vec![c()]).await;
+    assert_eq!(st, 401, "{text}");
+    assert!(text.contains("log in again"), "{text}");
+
+    // A logout needs the token too, and ends the session.
+    let r = login(None, rotated["api_key"].as_str().unwrap().to_string()).await;
+    assert_eq!(r.status(), 200, "{}", r.text());
+    let cookie2 = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let csrf2 = serde_json::from_slice::<Value>(&r.body).unwrap()["csrf"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let c2 = || ("Cookie", cookie2.clone());
+    assert_eq!(
+        call("POST", "/portal/logout".into(), vec![c2()]).await.0,
+        403
+    );
+    assert_eq!(
+        call(
+            "POST",
+            "/portal/logout".into(),
+            vec![c2(), ("X-CSRF-Token", csrf2)]
+        )
+        .await
+        .0,
+        204
+    );
+    assert_eq!(call("GET", "/v1/services".into(), vec![c2()]).await.0, 401);
+
+    // Guessing keys at the login is throttled like bad bearer tokens.
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        statuses.push(login(None, format!("vk_guess{i}")).await.status());
+    }
+    // (The bad cookies above counted too: the source's failures add up.)
+    let first = statuses.iter().position(|&s| s == 429).expect("throttled");
+    assert!(first >= 5, "{statuses:?}");
+    assert!(statuses[..first].iter().all(|&s| s == 401), "{statuses:?}");
+    assert!(statuses[first..].iter().all(|&s| s == 429), "{statuses:?}");
+}
