@@ -20,6 +20,14 @@ if ! command -v dig >/dev/null 2>&1; then
     || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bind9-dnsutils; }
 fi
 
+# The portal's test runs the curl line the service page shows.
+if ! command -v curl >/dev/null 2>&1; then
+  echo "== installing curl"
+  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q curl \
+    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q curl; }
+fi
+
 # The control plane's store is also tested on a real PostgreSQL (Debian's
 # package; the test starts its own throwaway cluster).
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then

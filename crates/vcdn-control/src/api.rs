@@ -290,6 +290,13 @@ async fn portal_route(c: &Control, gate: &Gate, req: &Request, path: &str) -> Op
         }
         (Method::Post, "/portal/login") => login(c, gate, req).await,
         (Method::Get, "/portal/session") => match gate.sessions.of(req) {
+            // A customer's session ends with the key it was opened with.
+            Some((portal::Who::Customer { key_sha256, .. }, _))
+                if !matches!(customer_of_key(c, &key_sha256).await, Ok(Some(_))) =>
+            {
+                gate.sessions.close(req);
+                portal::secure(Response::problem(401, "the session ended; log in again"))
+            }
             Some((who, csrf)) => {
                 portal::secure(json_response(200, &session_view(c, &who, &csrf).await))
                     .header("Cache-Control", "no-store")

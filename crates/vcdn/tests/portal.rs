@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -93,8 +92,25 @@ async fn a_customer_orders_watches_purges_and_deletes_a_vcdn_in_the_browser() {
     // Order through the form: first the plan and its price, then order.
     violations.extend(look(&b, &base, "#/order", "form#order", "order").await);
     b.fill("#name", "browsed").await;
-    b.fill("#origin", &format!("http://{}", up.origin)).await;
     b.fill("#hostname", "browsed.example").await;
+    // An order the API refuses shows its problem details at the form.
+    b.fill("#origin", "http://10.1.2.3:8080").await;
+    b.find("select#flavor")
+        .await
+        .select_by_value("elastic")
+        .await
+        .unwrap();
+    b.fill("#demand-paris", "10").await;
+    b.click("button#plan").await;
+    // (A field's problem is written next to the field, the summary above.)
+    let form = b
+        .wait_text("form#order", 10, |t| t.contains("10.1.2.3"))
+        .await;
+    assert!(form.contains("10.1.2.3"), "{form}");
+    let problem = b.text("#problem").await;
+    assert!(problem.contains("Unprocessable"), "{problem}");
+    b.screenshot_at("#problem", "order-refused").await;
+    b.fill("#origin", &format!("http://{}", up.origin)).await;
     b.find("select#flavor")
         .await
         .select_by_value("elastic")
@@ -106,7 +122,7 @@ async fn a_customer_orders_watches_purges_and_deletes_a_vcdn_in_the_browser() {
     b.click("button#plan").await;
     let plan = b.wait_text("#plan-result", 10, |t| t.contains("EUR")).await;
     assert!(plan.contains("EUR") && plan.contains("paris"), "{plan}");
-    b.screenshot("order-plan").await;
+    b.screenshot_at("#plan-result", "order-plan").await;
     assert!(up.services().await.is_empty(), "the plan ordered nothing");
     b.click("button#confirm").await;
     let state = b.wait_text("#state", 20, |t| t == "active").await;
@@ -128,32 +144,34 @@ async fn a_customer_orders_watches_purges_and_deletes_a_vcdn_in_the_browser() {
     assert!(b.text("table#instances").await.contains("paris"));
     assert!(b.text("#events").await.contains("active"));
 
-    // Requests made with an HTTP client show in the chart's summary.
-    let s = service(&up, &id).await;
-    let cache: SocketAddr = s["graph"]["regions"][0]["instances"][0]["address"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    // Requests made with curl, as the page says (its line, with a path
+    // added to the URL), show in the chart's summary.
+    let line = b.text("#curl-line").await;
+    let mut args: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+    assert_eq!(args.first().map(String::as_str), Some("curl"), "{line}");
+    let url = args.pop().unwrap();
+    assert!(url.starts_with("http://browsed.example:"), "{line}");
     for _ in 0..7 {
-        let r = vcdn_http::client::request(
-            cache,
-            "GET",
-            "/size/2000",
-            &[("Host", "browsed.example")],
-            b"",
-            Duration::from_secs(5),
-        )
-        .await
-        .expect("the cache answers");
-        assert_eq!(r.status(), 200);
+        let out = std::process::Command::new("curl")
+            .args(&args[1..])
+            .args(["--max-time", "5", &format!("{url}size/2000")])
+            .output()
+            .expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("HTTP/1.1 200"), "{line}: {text}");
     }
     let summary = b
         .wait_text("#summary-requests", 45, |t| t.starts_with("7 requests"))
         .await;
     assert!(summary.starts_with("7 requests"), "{summary}");
-    let p = b.screenshot("service").await;
-    println!("screenshot {}", p.display());
+    for (at, name) in [
+        ("main", "service"),
+        ("#summary-requests", "service-charts"),
+        ("#events", "service-events"),
+    ] {
+        let p = b.screenshot_at(at, name).await;
+        println!("screenshot {}", p.display());
+    }
     violations.extend(b.accessibility_violations().await);
 
     // Purge through the form.
@@ -578,9 +596,10 @@ async fn portal_sessions_resist_forgery_stale_keys_and_guessing() {
         .call(OP, "POST", &format!("/v1/customers/{id}/key"), None)
         .await;
     assert_eq!(st, 200, "{rotated}");
+    let (st, text) = call("GET", "/portal/session".into(), vec![c()]).await;
+    assert_eq!(st, 401, "{text}");
     let (st, text) = call("GET", "/v1/services".into(), vec![c()]).await;
     assert_eq!(st, 401, "{text}");
-    assert!(text.contains("log in again"), "{text}");
 
     // A logout needs the token too, and ends the session.
     let r = login(None, rotated["api_key"].as_str().unwrap().to_string()).await;

@@ -185,6 +185,19 @@ impl Browser {
         p
     }
 
+    /// Scrolls `css` into view, then writes a screenshot (the viewport).
+    pub async fn screenshot_at(&self, css: &str, name: &str) -> PathBuf {
+        self.find(css).await;
+        self.client
+            .execute(
+                "document.querySelector(arguments[0]).scrollIntoView({block: 'start'});",
+                vec![serde_json::Value::String(css.to_string())],
+            )
+            .await
+            .expect("the page scrolls");
+        self.screenshot(name).await
+    }
+
     /// axe-core's serious and critical violations on the page (WCAG 2.x
     /// A and AA rules): (rule, impact, where) each.
     pub async fn accessibility_violations(&self) -> Vec<String> {
