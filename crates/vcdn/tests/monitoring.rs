@@ -22,23 +22,6 @@ async fn service(up: &Up, id: &str) -> Value {
         .1
 }
 
-/// Orders a service in paris for 10 viewers and waits until it is active.
-async fn order(up: &Up, name: &str) -> String {
-    let spec = json!({"name": name, "origin": format!("http://{}", up.origin),
-        "hostname": format!("{name}.example"), "flavor": "elastic",
-        "regions": [{"region": "paris", "peak_users": 10}], "quality": {"min_mos": 4.0}});
-    let (st, s) = up
-        .call(&up.demo_key(), "POST", "/v1/services", Some(spec))
-        .await;
-    assert_eq!(st, 201, "{s}");
-    let id = s["id"].as_str().unwrap().to_string();
-    assert!(
-        eventually(15, || async { service(up, &id).await["state"] == "active" }).await,
-        "the service did not become active"
-    );
-    id
-}
-
 fn sum(v: &Value) -> f64 {
     v.as_array()
         .into_iter()
@@ -153,7 +136,7 @@ fn url_encode(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_and_prometheus_show_what_a_service_served_with_its_labels() {
     let up = Up::start("monitoring", &[]);
-    let id = order(&up, "watched").await;
+    let id = up.order("watched", "paris", 10).await;
     let s = service(&up, &id).await;
     let inst = s["graph"]["regions"][0]["instances"][0].clone();
     let cache: SocketAddr = inst["address"].as_str().unwrap().parse().unwrap();

@@ -111,12 +111,6 @@ async fn a_customer_orders_watches_purges_and_deletes_a_vcdn_in_the_browser() {
     assert!(problem.contains("Unprocessable"), "{problem}");
     b.screenshot_at("#problem", "order-refused").await;
     b.fill("#origin", &format!("http://{}", up.origin)).await;
-    b.find("select#flavor")
-        .await
-        .select_by_value("elastic")
-        .await
-        .unwrap();
-    b.fill("#demand-paris", "10").await;
     b.fill("#min-mos", "4").await;
     b.fill("#lease-hours", "2").await;
     b.click("button#plan").await;

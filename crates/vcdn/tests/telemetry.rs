@@ -78,24 +78,6 @@ fn instances(v: &Value) -> Vec<Value> {
         .collect()
 }
 
-/// Orders an elastic service in `region` for `users` viewers at MOS 4 and
-/// waits until it is active; returns its id.
-async fn order(up: &Up, name: &str, region: &str, users: u32) -> String {
-    let spec = json!({"name": name, "origin": format!("http://{}", up.origin),
-        "hostname": format!("{name}.example"), "flavor": "elastic",
-        "regions": [{"region": region, "peak_users": users}], "quality": {"min_mos": 4.0}});
-    let (st, s) = up
-        .call(&up.demo_key(), "POST", "/v1/services", Some(spec))
-        .await;
-    assert_eq!(st, 201, "{s}");
-    let id = s["id"].as_str().unwrap().to_string();
-    assert!(
-        eventually(10, || async { service(up, &id).await["state"] == "active" }).await,
-        "the service did not become active"
-    );
-    id
-}
-
 async fn usage_requests(up: &Up, id: &str) -> u64 {
     service(up, id).await["usage"]["requests"]
         .as_u64()
@@ -113,7 +95,7 @@ async fn caches_publish_their_counters_and_forgeries_and_restarts_change_nothing
     let model_dir = support::tempdir("telemetry-model");
     let model = support::small_capacity_model(&model_dir);
     let (up, port) = up("telemetry-feed", &model, true, &[]);
-    let id = order(&up, "feed", "paris", 10).await;
+    let id = up.order("feed", "paris", 10).await;
     let s = service(&up, &id).await;
     let inst = instances(&s)[0].clone();
     let iid = inst["id"].as_str().unwrap().to_string();
@@ -400,7 +382,7 @@ async fn caches_publish_their_counters_and_forgeries_and_restarts_change_nothing
 /// the one cache of a fresh service to the supervisor's scale-out
 /// decision (the `scaled_out` event's time less the launch it reports).
 async fn reaction(up: &Up, name: &str, region: &str) -> Duration {
-    let id = order(up, name, region, 10).await;
+    let id = up.order(name, region, 10).await;
     let inst = instances(&service(up, &id).await)[0].clone();
     let cache: SocketAddr = inst["address"].as_str().unwrap().parse().unwrap();
     // Settled: the supervisor has seen the idle instance for a while.
@@ -508,7 +490,7 @@ async fn with_polling_off_a_silent_cache_is_taken_for_hung_and_replaced() {
     let model_dir = support::tempdir("telemetry-silent-model");
     let model = support::small_capacity_model(&model_dir);
     let (up, _) = up("telemetry-silent", &model, true, &["--no-stats-polling"]);
-    let id = order(&up, "silent", "lyon", 10).await;
+    let id = up.order("silent", "lyon", 10).await;
     let inst = instances(&service(&up, &id).await)[0].clone();
     let pid = inst["pid"].as_u64().unwrap();
     assert!(

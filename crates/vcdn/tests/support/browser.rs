@@ -27,30 +27,13 @@ impl Drop for Browser {
         // Chromium's own processes (renderers, the GPU process) carry the
         // profile directory on their command line.
         let profile = self.profile.display().to_string();
-        for (pid, args) in processes() {
+        for (pid, args) in super::up::live_processes() {
             if args.iter().any(|a| a.contains(&profile)) {
                 // SAFETY: signalling a process id.
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             }
         }
     }
-}
-
-fn processes() -> Vec<(u32, Vec<String>)> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let c = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let args = c
-                .split(|&b| b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            Some((pid, args))
-        })
-        .collect()
 }
 
 /// Where the tests write screenshots (kept after the run).

@@ -69,6 +69,14 @@ pub struct CacheProc {
 
 /// Live (not zombie) `vcdn SUBCOMMAND` processes: pid and arguments.
 pub fn vcdn_processes(subcommand: &str) -> Vec<(u32, Vec<String>)> {
+    live_processes()
+        .into_iter()
+        .filter(|(_, args)| args.get(1).map(String::as_str) == Some(subcommand))
+        .collect()
+}
+
+/// Every live (not zombie) process: pid and arguments.
+pub fn live_processes() -> Vec<(u32, Vec<String>)> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -84,7 +92,7 @@ pub fn vcdn_processes(subcommand: &str) -> Vec<(u32, Vec<String>)> {
                 .split(|&b| b == 0)
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
-            (args.get(1).map(String::as_str) == Some(subcommand)).then_some((pid, args))
+            Some((pid, args))
         })
         .collect()
 }
@@ -276,6 +284,29 @@ impl Up {
             std::time::Duration::from_secs(5),
         )
         .await
+    }
+
+    /// Orders, with the demo customer's key, an elastic service `name`
+    /// (hostname `NAME.example`) in `region` for `users` viewers at MOS 4
+    /// and waits until it is active; returns its id.
+    pub async fn order(&self, name: &str, region: &str, users: u32) -> String {
+        let spec = serde_json::json!({"name": name, "origin": format!("http://{}", self.origin),
+            "hostname": format!("{name}.example"), "flavor": "elastic",
+            "regions": [{"region": region, "peak_users": users}], "quality": {"min_mos": 4.0}});
+        let (st, s) = self
+            .call(&self.demo_key(), "POST", "/v1/services", Some(spec))
+            .await;
+        assert_eq!(st, 201, "{s}");
+        let id = s["id"].as_str().unwrap().to_string();
+        let path = format!("/v1/services/{id}");
+        assert!(
+            super::eventually(15, || async {
+                self.call(OP, "GET", &path, None).await.1["state"] == "active"
+            })
+            .await,
+            "the service did not become active"
+        );
+        id
     }
 
     pub async fn services(&self) -> Vec<Value> {
