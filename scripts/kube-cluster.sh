@@ -34,8 +34,19 @@ stop() {
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     rm -f "$p"
   done
-  # Pods' sandboxes and containers (runc, shims) of this cluster.
+  # Pods' processes (in kubelet's kubepods cgroups; killing their shims
+  # would orphan them), then the shims and runc of this cluster, then the
+  # cgroups kubelet made.
+  for f in /proc/[0-9]*/cgroup; do
+    if grep -q ':/kubepods' "$f" 2>/dev/null; then
+      local pid=${f#/proc/}; kill -KILL "${pid%/cgroup}" 2>/dev/null || true
+    fi
+  done
   pkill -KILL -f -- "$DIR/" 2>/dev/null || true
+  sleep 0.2
+  for c in /sys/fs/cgroup/*/kubepods; do
+    [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done
   ip link del cni-vcdn 2>/dev/null || true
   [[ -f "$DIR/sysctl.saved" ]] && sysctl -q -p "$DIR/sysctl.saved" >/dev/null 2>&1 || true
 }
