@@ -7,17 +7,34 @@
 # are not touched), waits for the node to be Ready and writes
 # DIR/kubeconfig; `kube-cluster.sh stop DIR` stops all of it and removes
 # what it made. `image DIR NAME:TAG ROOTFS` imports a one-layer image made
-# from a directory (no registry: pods use imagePullPolicy Never).
+# from a directory (no registry: pods use imagePullPolicy Never); `import
+# DIR ARCHIVE` imports a docker-archive (what `vcdn image` writes).
 #
-# Environment: KUBE_PORT=16443 (apiserver; etcd, controller-manager,
-# scheduler and kubelet use the next ones).
+# `kube-cluster.sh start-kwok DIR NODES` starts the same control plane
+# without kubelet and containerd, creates NODES nodes kwok-node-0.. through
+# the API (label type=kwok; allocatable cpu 4, memory 8Gi, pods 110; a /24
+# podCIDR each from 10.128.0.0/14) and runs kwok (scripts/kubernetes.sh
+# builds it) managing them: they go Ready, pods bound to them go Running and
+# Ready with an IP from their node's podCIDR, and nothing executes. Waits
+# for all NODES Ready and writes DIR/kubeconfig; `stop DIR` stops it too.
+#
+# Environment: KUBE_PORT=16443 (apiserver; 17443 for start-kwok, so both
+# can run side by side; etcd, controller-manager, scheduler and kubelet use
+# the next ones).
 set -euo pipefail
-cmd=${1:?usage: kube-cluster.sh start|stop|image DIR ...}
+cmd=${1:?usage: kube-cluster.sh start|start-kwok|stop|image DIR ...}
 DIR=$(mkdir -p "${2:?DIR}" && cd "$2" && pwd)
 BIN=${KUBE_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/vcdn/kubernetes-1.34.4/bin}
-PORT=${KUBE_PORT:-16443}
+if [[ $cmd == start-kwok ]]; then PORT=${KUBE_PORT:-17443}; else PORT=${KUBE_PORT:-16443}; fi
 ETCD=$((PORT + 1)) ETCD_PEER=$((PORT + 2)) KCM=$((PORT + 3)) SCHED=$((PORT + 4)) KUBELET=$((PORT + 5))
 NODE=vcdn-node
+# Debian's etcd 3.4.23 lacks what the apiserver needs for streaming lists
+# (RequestWatchProgress), yet with WatchList on it turns every watch from
+# resourceVersion "" or "0" with bookmarks into one and fails it (HTTP 500
+# "a watch stream was requested by the client but the required storage
+# feature RequestWatchProgress is disabled"): clients whose caches rely on
+# such watches (kwok's client-go) go stale. Legacy watches instead.
+APISERVER_FLAGS=(--feature-gates WatchList=false) KCM_FLAGS=() SCHED_FLAGS=()
 log() { echo "[kube-cluster $(date +%H:%M:%S)] $*" >&2; }
 
 stop() {
@@ -34,10 +51,14 @@ stop() {
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     rm -f "$p"
   done
+  # A kwok cluster (DIR/kwok-cluster) has no node of its own: it leaves the
+  # host's pods, cgroups and bridge (a real cluster's beside it) alone.
+  local node=1; [[ -f "$DIR/kwok-cluster" ]] && node=0
   # Pods' processes (in kubelet's kubepods cgroups; killing their shims
   # would orphan them), then the shims and runc of this cluster, then the
   # cgroups kubelet made.
   for f in /proc/[0-9]*/cgroup; do
+    ((node)) || break
     if grep -q ':/kubepods' "$f" 2>/dev/null; then
       local pid=${f#/proc/}; kill -KILL "${pid%/cgroup}" 2>/dev/null || true
     fi
@@ -45,9 +66,10 @@ stop() {
   pkill -KILL -f -- "$DIR/" 2>/dev/null || true
   sleep 0.2
   for c in /sys/fs/cgroup/*/kubepods; do
+    ((node)) || break
     [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
-  ip link del cni-vcdn 2>/dev/null || true
+  ((node)) && { ip link del cni-vcdn 2>/dev/null || true; }
   [[ -f "$DIR/sysctl.saved" ]] && sysctl -q -p "$DIR/sysctl.saved" >/dev/null 2>&1 || true
 }
 
@@ -64,13 +86,21 @@ image() {
   rm -rf "$t"
 }
 
-start() {
-  [[ $(id -u) -eq 0 ]] || { echo "kube-cluster.sh: needs root (kubelet, containerd)" >&2; exit 1; }
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+# Imports a docker-archive (`vcdn image --out`) into the node's containerd.
+import_archive() {
+  local tar=${3:?usage: kube-cluster.sh import DIR ARCHIVE}
+  ctr --address "$DIR/run/containerd/containerd.sock" -n k8s.io images import "$tar" >&2
+}
+
+need() {
+  for b in "$@"; do
     [[ -x "$BIN/$b" ]] || { echo "kube-cluster.sh: no $BIN/$b; run scripts/kubernetes.sh" >&2; exit 1; }
   done
-  stop
-  mkdir -p "$DIR/pki" "$DIR/etcd" "$DIR/run" "$DIR/lib" "$DIR/log" "$DIR/cni/net.d" "$DIR/images"
+}
+
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler; DIR/kubeconfig.
+control_plane() {
+  mkdir -p "$DIR/pki" "$DIR/etcd" "$DIR/log"
   cd "$DIR/pki"
   if [[ ! -f ca.crt ]]; then
     openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=vcdn-test-ca 2>/dev/null
@@ -114,7 +144,7 @@ EOF
     --token-auth-file pki/tokens.csv --authorization-mode Node,RBAC \
     --service-account-key-file pki/sa.pub --service-account-signing-key-file pki/sa.key \
     --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
-    --allow-privileged=true > "$DIR/log/apiserver.log" 2>&1 &
+    --allow-privileged=true "${APISERVER_FLAGS[@]}" > "$DIR/log/apiserver.log" 2>&1 &
   echo $! > "$DIR/apiserver.pid"
   for _ in $(seq 1 300); do
     curl -sf --cacert pki/ca.crt -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$PORT/readyz" >/dev/null && break
@@ -125,11 +155,20 @@ EOF
 
   setsid "$BIN/kube-controller-manager" --kubeconfig "$DIR/kubeconfig" --bind-address 127.0.0.1 --secure-port "$KCM" \
     --service-account-private-key-file pki/sa.key --root-ca-file pki/ca.crt \
-    --use-service-account-credentials=false > "$DIR/log/controller-manager.log" 2>&1 &
+    --use-service-account-credentials=false "${KCM_FLAGS[@]}" > "$DIR/log/controller-manager.log" 2>&1 &
   echo $! > "$DIR/controller-manager.pid"
   setsid "$BIN/kube-scheduler" --kubeconfig "$DIR/kubeconfig" --bind-address 127.0.0.1 --secure-port "$SCHED" \
-    > "$DIR/log/scheduler.log" 2>&1 &
+    "${SCHED_FLAGS[@]}" > "$DIR/log/scheduler.log" 2>&1 &
   echo $! > "$DIR/scheduler.pid"
+}
+
+start() {
+  [[ $(id -u) -eq 0 ]] || { echo "kube-cluster.sh: needs root (kubelet, containerd)" >&2; exit 1; }
+  need kube-apiserver kube-controller-manager kube-scheduler kubelet
+  stop
+  rm -f "$DIR/kwok-cluster"
+  mkdir -p "$DIR/run" "$DIR/lib" "$DIR/cni/net.d" "$DIR/images"
+  control_plane
 
   cat > "$DIR/containerd.toml" <<EOF
 version = 2
@@ -172,6 +211,12 @@ enforceNodeAllocatable: []
 evictionHard: {}
 imageGCHighThresholdPercent: 100
 EOF
+  # The pods' bridge, made now (the CNI plugin would make it with the first
+  # pod) so that the host can serve them on 10.244.0.1 from the start (an
+  # origin, say).
+  ip link add cni-vcdn type bridge 2>/dev/null || true
+  ip addr replace 10.244.0.1/24 dev cni-vcdn
+  ip link set cni-vcdn up
   sysctl -e vm.overcommit_memory kernel.panic kernel.panic_on_oops 2>/dev/null | sed 's/ = /=/' > "$DIR/sysctl.saved" || true
 
   log "containerd and kubelet (node $NODE) in their own mount namespace"
@@ -207,9 +252,76 @@ EOF
   exit 1
 }
 
+start_kwok() {
+  local nodes=${1:?usage: kube-cluster.sh start-kwok DIR NODES}
+  local stages=${KWOK_STAGES:-$BIN/../kwok-stages}
+  need kube-apiserver kube-controller-manager kube-scheduler kwok
+  [[ -f "$stages/node-initialize.yaml" ]] || { echo "kube-cluster.sh: no $stages; run scripts/kubernetes.sh" >&2; exit 1; }
+  [[ $nodes =~ ^[0-9]+$ ]] || { echo "kube-cluster.sh: NODES must be a number" >&2; exit 2; }
+  [[ -f "$DIR/node.pid" ]] || touch "$DIR/kwok-cluster"
+  stop
+  touch "$DIR/kwok-cluster"
+  # A fresh etcd each time: nodes of an earlier run would linger.
+  rm -rf "$DIR/etcd"
+  # Hundreds of pods: the default client rate limits (controller-manager 20
+  # requests/s, scheduler 50) would pace them.
+  KCM_FLAGS=(--kube-api-qps 200 --kube-api-burst 400)
+  SCHED_FLAGS=(--kube-api-qps 200 --kube-api-burst 400)
+  control_plane
+
+  log "creating $nodes nodes kwok-node-0..$((nodes - 1))"
+  python3 - "$PORT" "$TOKEN" "$DIR/pki/ca.crt" "$nodes" <<'PY'
+import http.client, json, ssl, sys
+port, token, ca, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+conn = http.client.HTTPSConnection("127.0.0.1", int(port), context=ssl.create_default_context(cafile=ca))
+res = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+for i in range(n):
+    name = f"kwok-node-{i}"
+    cidr = f"10.{128 + i // 256}.{i % 256}.0/24"
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"type": "kwok", "kubernetes.io/hostname": name,
+                                                  "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
+                         "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
+            "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+            "status": {"allocatable": res, "capacity": res,
+                       "addresses": [{"type": "InternalIP", "address": f"10.120.{(i + 1) // 256}.{(i + 1) % 256}"},
+                                     {"type": "Hostname", "address": name}]}}
+    conn.request("POST", "/api/v1/nodes", json.dumps(node),
+                 {"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    r = conn.getresponse(); body = r.read()
+    if r.status != 201:
+        sys.exit(f"creating {name}: {r.status} {body[:300]!r}")
+PY
+
+  log "kwok managing nodes labelled type=kwok"
+  # KWOK_WORKDIR: so that a ~/.kwok/kwok.yaml is not read as well. Without
+  # --node-lease-duration-seconds kwok keeps no node leases (and the
+  # heartbeat stage only every ~10 minutes), so the controller-manager
+  # would mark the nodes NotReady after 40 s. -v WARN: at INFO it logs every
+  # lease renewal (300 nodes: ~45 MB an hour).
+  KWOK_WORKDIR="$DIR/kwok" setsid "$BIN/kwok" --kubeconfig "$DIR/kubeconfig" \
+    --manage-all-nodes=false --manage-nodes-with-label-selector type=kwok --node-lease-duration-seconds 40 -v WARN \
+    -c "$(printf '%s,' "$stages"/*.yaml | sed 's/,$//')" > "$DIR/log/kwok.log" 2>&1 &
+  echo $! > "$DIR/kwok.pid"
+  for _ in $(seq 1 600); do
+    # All nodes Ready, and the default service account there (pods need it).
+    if curl -sf --cacert pki/ca.crt -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$PORT/api/v1/nodes?labelSelector=type%3Dkwok" \
+      | python3 -c 'import json,sys; n=json.load(sys.stdin)["items"]; sys.exit(0 if len(n)==int(sys.argv[1]) and all(any(c["type"]=="Ready" and c["status"]=="True" for c in x["status"].get("conditions",[])) for x in n) else 1)' "$nodes" 2>/dev/null \
+      && curl -sf --cacert pki/ca.crt -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$PORT/api/v1/namespaces/default/serviceaccounts/default" >/dev/null; then
+      log "$nodes kwok nodes Ready; kubeconfig: $DIR/kubeconfig"
+      exit 0
+    fi
+    sleep 0.2
+  done
+  log "the kwok nodes did not get Ready; see $DIR/log/kwok.log"
+  exit 1
+}
+
 case $cmd in
   start) start ;;
+  start-kwok) start_kwok "${3:-}" ;;
   stop) stop; log "stopped" ;;
   image) image "$@" ;;
-  *) echo "usage: kube-cluster.sh start|stop|image DIR ..." >&2; exit 2 ;;
+  import) import_archive "$@" ;;
+  *) echo "usage: kube-cluster.sh start|start-kwok|stop|image|import DIR ..." >&2; exit 2 ;;
 esac

@@ -10,17 +10,42 @@
 # each staging module with its published v0.X.Y instead; the versions are
 # stamped with -ldflags, or the servers report v0.0.0.
 #
-# Cold, on 2 cores: ~10 minutes (apiserver ~500 s, the rest ~130 s).
+# Also builds kwok (simulated nodes for `kube-cluster.sh start-kwok`) into
+# the same bin/ and copies its "fast" stage definitions (node-initialize,
+# node-heartbeat-with-lease, pod-ready/complete/delete, from the kwok
+# module's kustomize/stage) into kwok-stages/; kwok is passed them with -c.
+#
+# Cold, on 2 cores: ~10 minutes (apiserver ~500 s, the rest ~130 s), kwok
+# a few minutes more.
 set -euo pipefail
 VERSION=${KUBERNETES_VERSION:-1.34.4}
+KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 CACHE=${VCDN_KUBERNETES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vcdn/kubernetes-$VERSION}
 BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+KWOK_STAGES=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+  pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
 
-have_all() { for b in "${BINS[@]}"; do [[ -x "$CACHE/bin/$b" ]] || return 1; done; }
-if have_all; then echo "$CACHE/bin"; exit 0; fi
+have_kubernetes() { for b in "${BINS[@]}"; do [[ -x "$CACHE/bin/$b" ]] || return 1; done; }
+have_kwok() {
+  [[ -x "$CACHE/bin/kwok" ]] || return 1
+  for s in "${KWOK_STAGES[@]}"; do [[ -f "$CACHE/kwok-stages/${s##*/}" ]] || return 1; done
+}
+if have_kubernetes && have_kwok; then echo "$CACHE/bin"; exit 0; fi
 
 GO=$(command -v go || echo /usr/local/go/bin/go)
 [[ -x "$GO" ]] || { echo "kubernetes.sh: needs Go 1.24 or later (the Go toolchain)" >&2; exit 1; }
+
+# kwok v0.8.0 wants Go 1.26 (an older go fetches that toolchain itself).
+build_kwok() {
+  echo "== building kwok $KWOK_VERSION" >&2
+  mkdir -p "$CACHE/bin" "$CACHE/kwok-stages"
+  local dir
+  dir=$(cd / && GOFLAGS= "$GO" mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  (cd / && GOFLAGS= CGO_ENABLED=0 GOBIN="$CACHE/bin" "$GO" install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION") >&2
+  for s in "${KWOK_STAGES[@]}"; do install -m 644 "$dir/kustomize/stage/$s" "$CACHE/kwok-stages/"; done
+  "$CACHE/bin/kwok" --version >&2
+}
+if have_kubernetes; then build_kwok; echo "$CACHE/bin"; exit 0; fi
 
 SRC="$CACHE/src"
 rm -rf "$SRC" && mkdir -p "$SRC" "$CACHE/bin"
@@ -60,4 +85,5 @@ for b in "${BINS[@]}"; do
   "$GO" build -trimpath -ldflags "-s -w$LDFLAGS" -o "$CACHE/bin/$b" "k8s.io/kubernetes/cmd/$b" >&2
 done
 "$CACHE/bin/kube-apiserver" --version >&2
+have_kwok || build_kwok
 echo "$CACHE/bin"

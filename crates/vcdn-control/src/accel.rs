@@ -274,6 +274,7 @@ pub(crate) mod tests {
             address: format!("{addr}:8080"),
             admin: format!("{addr}:9080"),
             admin_https: false,
+            admin_name: None,
             vcpus: 1,
             memory_mib: 256,
             state: InstanceState::Running,

@@ -325,15 +325,30 @@ impl Control {
         let (upstream, origin_policy) = crate::accel::cache_upstream(s, i);
         // A certificate of the internal CA for its admin API, made at each
         // start (the key never leaves this host but in the instance's files).
-        let admin_tls = match &self.cfg.internal_ca {
-            Some(ca) => Some(
+        let region = region_of(s, i);
+        // A pod's IP is known only once it runs: its certificate names it.
+        let admin_name = self
+            .vim
+            .regions()
+            .contains(&region)
+            .then(|| format!("{}.instance.vcdn.internal", i.id));
+        let admin_tls = match (&self.cfg.internal_ca, &admin_name) {
+            (Some(ca), Some(name)) => Some(
+                crate::pki::instance_admin_cert_named(ca, name).map_err(ControlError::Deploy)?,
+            ),
+            (Some(ca), None) => Some(
                 crate::pki::instance_admin_cert(ca, parse(&i.admin)?)
                     .map_err(ControlError::Deploy)?,
             ),
-            None => None,
+            (None, _) => None,
         };
         Ok(InstanceSpec {
             admin_tls,
+            admin_name,
+            region,
+            service: s.id.clone(),
+            customer: s.customer.clone(),
+            host: i.host.clone(),
             id: i.id.clone(),
             identity: i.identity(),
             listen: parse(&i.address)?,
@@ -384,6 +399,14 @@ impl Control {
             i.nonce = random_hex(8);
         }
         let spec = self.instance_spec(s, i)?;
+        if self.vim.regions().contains(&spec.region)
+            && (spec.proxy.is_some() || spec.srv6.is_some())
+        {
+            return Err(ControlError::Deploy(format!(
+                "region {} runs its instances on Kubernetes, which runs caches only: acceleration proxies and SRv6 nodes need a local region",
+                spec.region
+            )));
+        }
         if let Some(t) = &self.cfg.telemetry {
             t.add_known(&i.id);
         }
@@ -392,7 +415,8 @@ impl Control {
             .start(&spec)
             .map_err(|e| ControlError::Deploy(e.to_string()))?;
         i.admin_https = spec.admin_tls.is_some();
-        i.pid = Some(started.pid);
+        i.admin_name = spec.admin_name;
+        i.pid = started.pid;
         i.cpu_limit = started.cpu_limit;
         i.state = InstanceState::Starting;
         i.started_at = now_s();
@@ -411,8 +435,113 @@ impl Control {
         Ok(self.store.list("region").await?)
     }
 
+    /// The catalog's hosts, but for a region a VIM reports itself (a
+    /// Kubernetes cluster's nodes, with what other workloads hold of them
+    /// already taken off).
     pub async fn hosts(&self) -> Result<Vec<Host>, ControlError> {
-        Ok(self.store.list("host").await?)
+        let theirs = self.vim.regions();
+        let mut hosts: Vec<Host> = self.store.list("host").await?;
+        hosts.retain(|h| !theirs.contains(&h.region));
+        hosts.extend(self.vim.hosts());
+        Ok(hosts)
+    }
+
+    /// Waits until `instances` of service `id` answer. An instance whose
+    /// IP its VIM gives (a pod's) gets it first, recorded with the planned
+    /// ports: that is where the router and DNS send users.
+    pub(crate) async fn wait_started(
+        &self,
+        id: &str,
+        instances: &[Instance],
+    ) -> Result<(), String> {
+        let t0 = Instant::now();
+        let mut ready: Vec<Instance> = Vec::with_capacity(instances.len());
+        let theirs = self.vim.regions();
+        let (instances, given, limit) = {
+            let services = self.services.lock().await;
+            // As recorded by their launch (admin name, https).
+            let instances: Vec<Instance> = match services.get(id) {
+                Some(s) => instances
+                    .iter()
+                    .map(|i| {
+                        s.graph
+                            .instances()
+                            .find(|r| r.id == i.id)
+                            .unwrap_or(i)
+                            .clone()
+                    })
+                    .collect(),
+                None => instances.to_vec(),
+            };
+            let regions: Vec<String> = match services.get(id) {
+                Some(s) => instances.iter().map(|i| region_of(s, i)).collect(),
+                None => Vec::new(),
+            };
+            let limit = regions
+                .iter()
+                .map(|r| self.vim.start_limit(r))
+                .max()
+                .unwrap_or(Duration::from_secs(5));
+            let given: Vec<Instance> = instances
+                .iter()
+                .zip(&regions)
+                .filter(|(_, r)| theirs.contains(r))
+                .map(|(i, _)| i.clone())
+                .collect();
+            (instances, given, limit)
+        };
+        let mut pause = Duration::from_millis(5);
+        let mut waiting = given;
+        while !waiting.is_empty() {
+            waiting.retain(|i| match self.vim.address(&i.id) {
+                Some(ip) => {
+                    let mut i = i.clone();
+                    for a in [&mut i.address, &mut i.admin] {
+                        if let Ok(mut sa) = a.parse::<SocketAddr>() {
+                            sa.set_ip(ip);
+                            *a = sa.to_string();
+                        }
+                    }
+                    ready.push(i);
+                    false
+                }
+                None => true,
+            });
+            if waiting.is_empty() {
+                break;
+            }
+            if t0.elapsed() >= limit {
+                let ids: Vec<&str> = waiting.iter().map(|i| i.id.as_str()).collect();
+                return Err(format!(
+                    "instances {} got no address from their VIM within {limit:?}",
+                    ids.join(", ")
+                ));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+        if !ready.is_empty() {
+            let mut services = self.services.lock().await;
+            if let Some(s) = services.get_mut(id) {
+                for i in s.graph.instances_mut() {
+                    if let Some(r) = ready.iter().find(|r| r.id == i.id) {
+                        i.address = r.address.clone();
+                        i.admin = r.admin.clone();
+                    }
+                }
+                let snap = s.clone();
+                drop(services);
+                self.persist(&snap).await;
+            }
+        }
+        let all: Vec<Instance> = instances
+            .iter()
+            .map(|i| ready.iter().find(|r| r.id == i.id).unwrap_or(i).clone())
+            .collect();
+        let left = limit
+            .saturating_sub(t0.elapsed())
+            .max(Duration::from_secs(5));
+        deployer::wait_ready(&self.admin, &all, left).await
     }
 
     pub async fn flavors(&self) -> Result<Vec<Flavor>, ControlError> {
@@ -681,10 +810,11 @@ impl Control {
     ) -> Result<Service, ControlError> {
         let s = self.find(id, None).await?;
         let instances: Vec<Instance> = s.graph.instances().cloned().collect();
-        if let Err(e) = deployer::wait_ready(&self.admin, &instances, Duration::from_secs(5)).await
-        {
+        if let Err(e) = self.wait_started(id, &instances).await {
             return Err(self.fail(id, ControlError::Deploy(e)).await);
         }
+        // With the addresses pods got.
+        let s = self.find(id, None).await?;
         if let Err(e) = self.wire_proxies(&s).await {
             return Err(self.fail(id, ControlError::Deploy(e)).await);
         }
@@ -918,6 +1048,18 @@ impl Control {
 
 pub(crate) fn fmt_pid(p: Option<u32>) -> String {
     p.map_or("-".into(), |p| p.to_string())
+}
+
+/// The region an instance serves: the one whose instances it is among, or
+/// a proxy's or gateway's location.
+pub(crate) fn region_of(s: &Service, i: &Instance) -> String {
+    s.graph
+        .regions
+        .iter()
+        .find(|r| r.instances.iter().any(|x| x.id == i.id))
+        .map(|r| r.region.clone())
+        .or_else(|| i.location.clone())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

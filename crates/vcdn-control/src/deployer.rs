@@ -109,6 +109,7 @@ fn endpoint(i: &Instance) -> Option<CacheEndpoint> {
         address: i.address.parse().ok()?,
         admin: i.admin.parse().ok(),
         admin_https: i.admin_https,
+        admin_name: i.admin_name.clone(),
         max_connections: None,
         sid: None,
     })
@@ -212,7 +213,8 @@ pub async fn instance_request(
         .parse()
         .map_err(|e| format!("instance {}: bad admin address {}: {e}", i.id, i.admin))?;
     client
-        .request(addr, i.admin_https, method, path, headers, body, timeout)
+        .endpoint_named(addr, i.admin_https, i.admin_name.as_deref())
+        .request(method, path, headers, body, timeout)
         .await
         .map_err(|e| admin_error(i, addr, &e))
 }
@@ -255,9 +257,8 @@ pub async fn wait_ready(
                 ));
             }
             let r = client
+                .endpoint_named(addr, i.admin_https, i.admin_name.as_deref())
                 .request(
-                    addr,
-                    i.admin_https,
                     "GET",
                     "/healthz",
                     &[],

@@ -18,6 +18,7 @@ pub mod chain_controller;
 pub mod control;
 pub mod defaults;
 pub mod deployer;
+pub mod kubernetes;
 pub mod order;
 pub mod origin;
 pub mod pki;
@@ -82,6 +83,9 @@ pub struct UpOptions {
     pub srv6: bool,
     /// See [`ControlConfig::auth_failures_per_minute`].
     pub auth_failures_per_minute: u32,
+    /// Regions whose instances are pods of a Kubernetes cluster
+    /// (`--region-vim`); every other region runs local processes.
+    pub region_vims: Vec<kubernetes::KubeRegion>,
 }
 
 /// `vcdn up --kafka`'s broker ports (on 127.0.0.1; its data in
@@ -155,7 +159,19 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     };
     let vim = vim::LocalVim::new(o.cache_binary.clone(), &o.data_dir)
         .map_err(|e| format!("cannot start the local VIM: {e}"))?;
-    let running_instances = vim::Vim::marked(&vim).iter().map(|m| m.pid).collect();
+    let running_instances = vim::Vim::marked(&vim)
+        .iter()
+        .filter_map(|m| m.pid)
+        .collect();
+    let mut kube: Vec<(String, Arc<dyn vim::Vim>)> = Vec::new();
+    for r in &o.region_vims {
+        let (r, owner) = (r.clone(), vim::owner_label(&o.data_dir));
+        let v = tokio::task::spawn_blocking(move || kubernetes::KubeVim::connect(r, &owner))
+            .await
+            .map_err(|e| e.to_string())??;
+        kube.push((v.region().to_string(), Arc::new(v)));
+    }
+    let vim = vim::Vims::new(Arc::new(vim), kube);
     let store = store::Store::open(
         &o.data_dir,
         &store::OpenOptions {
@@ -173,6 +189,18 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
     let mut regions: Vec<types::Region> = store.list("region").await.map_err(|e| e.to_string())?;
     if regions.is_empty() {
         regions = defaults::Defaults::embedded().regions;
+    }
+    if let Some(r) = o
+        .region_vims
+        .iter()
+        .find(|v| !regions.iter().any(|r| r.name == v.region))
+    {
+        let known: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+        return Err(format!(
+            "--region-vim {}: no such region; regions are: {}",
+            r.region,
+            known.join(", ")
+        ));
     }
     let mut rcfg = vcdn_router::RouterConfig::default();
     for r in &regions {

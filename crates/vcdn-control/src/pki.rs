@@ -217,6 +217,22 @@ pub fn instance_admin_cert(
     })
 }
 
+/// The admin certificate of an instance whose IP is not known when it is
+/// made (a pod): it names `name` (and `localhost`) only, and the control
+/// plane and the router verify that name on whatever IP the pod gets.
+pub fn instance_admin_cert_named(
+    ca: &InternalCa,
+    name: &str,
+) -> Result<crate::vim::AdminCert, String> {
+    let made = ca
+        .ca
+        .issue(&[name.to_string(), "localhost".into()], ADMIN_DAYS)?;
+    Ok(crate::vim::AdminCert {
+        cert_pem: made.cert_pem,
+        key_pem: made.key_pem,
+    })
+}
+
 /// How the control plane calls instances' admin APIs: over HTTPS it
 /// trusts the internal CA only (no system root, no other certificate);
 /// without a CA (tests, an embedding without one) nothing is trusted and

@@ -563,6 +563,7 @@ fn place_in(
                 address: SocketAddr::from((ip, fleet.instance_port)).to_string(),
                 admin: SocketAddr::from((ip, fleet.admin_port)).to_string(),
                 admin_https: false,
+                admin_name: None,
                 vcpus: shape.vcpus,
                 memory_mib: shape.memory_mib,
                 state: InstanceState::Starting,

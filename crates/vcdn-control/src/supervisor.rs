@@ -232,12 +232,7 @@ impl Control {
         let n = healed.len();
         for (sid, i, old, t0) in healed {
             self.metrics.healed.fetch_add(1, Ordering::Relaxed);
-            let ready = deployer::wait_ready(
-                &self.admin,
-                std::slice::from_ref(&i),
-                Duration::from_secs(5),
-            )
-            .await;
+            let ready = self.wait_started(&sid, std::slice::from_ref(&i)).await;
             let ms = t0.elapsed().as_secs_f64() * 1000.0;
             self.settle(&sid).await;
             if let Ok(s) = self.find(&sid, None).await {
@@ -956,7 +951,7 @@ impl Control {
         let snap = s.clone();
         drop(services);
         self.persist(&snap).await;
-        deployer::wait_ready(&self.admin, &added, Duration::from_secs(5))
+        self.wait_started(id, &added)
             .await
             .map_err(ControlError::Deploy)?;
         self.settle(id).await;
@@ -1150,11 +1145,11 @@ impl Control {
                 .collect();
             (owners, deleting)
         };
-        let mut found: HashMap<String, u32> = HashMap::new();
+        let mut found: HashMap<String, crate::vim::Marked> = HashMap::new();
         let mut strays = Vec::new();
         for m in marked {
             if owners.contains_key(&m.identity) && !found.contains_key(&m.identity) {
-                found.insert(m.identity.clone(), m.pid);
+                found.insert(m.identity.clone(), m);
             } else {
                 strays.push(m);
             }
@@ -1162,7 +1157,7 @@ impl Control {
         if !strays.is_empty() {
             let list: Vec<String> = strays
                 .iter()
-                .map(|m| format!("pid {} on {} ({})", m.pid, m.listen, m.identity))
+                .map(|m| format!("pid {} on {} ({})", fmt_pid(m.pid), m.listen, m.identity))
                 .collect();
             tracing::warn!(processes = %list.join(", "), "stopping cache instances no record owns");
             let vim = self.vim.clone();
@@ -1171,7 +1166,7 @@ impl Control {
                     for m in &strays {
                         let vim = &vim;
                         let id = m.identity.split('.').next().unwrap_or("").to_string();
-                        sc.spawn(move || vim.stop(&id, Some(m.pid)));
+                        sc.spawn(move || vim.stop(&id, m.pid));
                     }
                 })
             })
@@ -1228,11 +1223,22 @@ impl Control {
             let mut adopted = Vec::new();
             let mut not_adopted: Vec<String> = Vec::new();
             for i in s.graph.instances() {
-                let Some(&pid) = found.get(&i.identity()) else {
+                let Some(m) = found.get(&i.identity()) else {
                     continue;
                 };
                 let mut i = i.clone();
-                i.pid = Some(pid);
+                i.pid = m.pid;
+                if let Some(ip) = m.ip {
+                    // A pod keeps its IP; one recorded before it had one
+                    // (an order cut short) gets it now.
+                    for a in [&mut i.address, &mut i.admin] {
+                        if let Ok(mut sa) = a.parse::<std::net::SocketAddr>() {
+                            sa.set_ip(ip);
+                            *a = sa.to_string();
+                        }
+                    }
+                }
+                let pid = fmt_pid(m.pid);
                 match deployer::wait_ready(
                     &self.admin,
                     std::slice::from_ref(&i),
@@ -1240,7 +1246,7 @@ impl Control {
                 )
                 .await
                 {
-                    Ok(()) => adopted.push((i.id.clone(), pid)),
+                    Ok(()) => adopted.push(i),
                     Err(e) => {
                         tracing::warn!(service = %id, instance = %i.id, pid, error = %e, "not adopting the process found under the instance's identity: re-creating it");
                         not_adopted.push(e);
@@ -1253,14 +1259,18 @@ impl Control {
                 if let Some(live) = services.get_mut(&id) {
                     let snapshot = live.clone();
                     for i in live.graph.instances_mut() {
-                        if let Some((_, pid)) = adopted.iter().find(|(a, _)| *a == i.id) {
-                            i.pid = Some(*pid);
+                        if let Some(a) = adopted.iter().find(|a| a.id == i.id) {
+                            i.pid = a.pid;
+                            i.address = a.address.clone();
+                            i.admin = a.admin.clone();
                             continue;
                         }
                         // Whatever runs under its identity does not answer:
                         // stop it, then start it again.
-                        if let Some(pid) = found.get(&i.identity()).copied().or(i.pid) {
-                            self.vim.stop(&i.id, Some(pid));
+                        match found.get(&i.identity()) {
+                            Some(m) => self.vim.stop(&i.id, m.pid),
+                            None if i.pid.is_some() => self.vim.stop(&i.id, i.pid),
+                            None => {}
                         }
                         recreated += 1;
                         if let Err(e) = self.launch(&snapshot, i) {

@@ -439,10 +439,15 @@ pub struct Instance {
     /// it is next started.
     #[serde(default)]
     pub admin_https: bool,
+    /// The name its admin certificate carries instead of its IP: a pod's
+    /// IP is known only once the pod runs, after its certificate was made
+    /// (kubernetes VIM); none: the certificate names the admin IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_name: Option<String>,
     pub vcpus: u32,
     pub memory_mib: u64,
     pub state: InstanceState,
-    /// Process id under the local VIM.
+    /// Process id under the local VIM (none for a pod).
     #[serde(default)]
     pub pid: Option<u32>,
     /// How its CPU is limited (cgroup v2, cgroup v1, affinity).

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -16,6 +17,13 @@ use parking_lot::Mutex;
 #[derive(Debug, Clone)]
 pub struct InstanceSpec {
     pub id: String,
+    /// The region it serves (which VIM starts it), its service and the
+    /// service's customer (labels of a pod).
+    pub region: String,
+    pub service: String,
+    pub customer: String,
+    /// The host (a node, for a pod) the planner placed it on.
+    pub host: String,
     /// What the process is started with and proves in `/healthz`
     /// ([`crate::types::Instance::identity`]).
     pub identity: String,
@@ -43,6 +51,9 @@ pub struct InstanceSpec {
     /// and key: the instance serves its admin API over HTTPS with them
     /// (`--admin-tls-cert/--admin-tls-key`); none: plain HTTP.
     pub admin_tls: Option<AdminCert>,
+    /// The name `admin_tls` carries instead of the admin IP (a pod, whose
+    /// IP is known only once it runs).
+    pub admin_name: Option<String>,
     /// The telemetry agent's key file and discovery settings (caches only);
     /// none: the cache runs no agent.
     pub telemetry: Option<InstanceTelemetry>,
@@ -256,7 +267,9 @@ pub fn command(
 /// A started instance.
 #[derive(Debug, Clone)]
 pub struct Started {
-    pub pid: u32,
+    /// Its process (none for a pod, which the kubernetes VIM knows by its
+    /// labels).
+    pub pid: Option<u32>,
     /// How its CPU is held to its vCPUs.
     pub cpu_limit: String,
 }
@@ -273,7 +286,9 @@ pub enum VimError {
 /// it gives them), whether or not a record still knows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Marked {
-    pub pid: u32,
+    pub pid: Option<u32>,
+    /// A pod's IP (where its `listen` and admin ports are), once it has one.
+    pub ip: Option<std::net::IpAddr>,
     /// Its `--instance-id` ([`crate::types::Instance::identity`]).
     pub identity: String,
     pub listen: String,
@@ -296,6 +311,98 @@ pub trait Vim: Send + Sync {
     fn marked(&self) -> Vec<Marked> {
         Vec::new()
     }
+    /// The IP an instance got from its VIM (a pod's), where its listen and
+    /// admin ports are; none: the planned address is its own.
+    fn address(&self, _id: &str) -> Option<std::net::IpAddr> {
+        None
+    }
+    /// Regions whose hosts this VIM reports itself (from a cluster's nodes)
+    /// instead of the catalog's.
+    fn regions(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The hosts of [`Vim::regions`] with what is free for instances:
+    /// allocatable capacity less what other workloads request.
+    fn hosts(&self) -> Vec<crate::types::Host> {
+        Vec::new()
+    }
+    /// How long an instance of this region may take to answer after its
+    /// start (a pod is scheduled and its sandbox made first).
+    fn start_limit(&self, _region: &str) -> std::time::Duration {
+        std::time::Duration::from_secs(5)
+    }
+}
+
+/// The local driver for every region but those given to another VIM (a
+/// Kubernetes cluster each): starts go by the instance's region; a process
+/// (an instance with a pid) is the local driver's, one without is asked of
+/// the others.
+pub struct Vims {
+    local: Arc<dyn Vim>,
+    regions: Vec<(String, Arc<dyn Vim>)>,
+}
+
+impl Vims {
+    pub fn new(local: Arc<dyn Vim>, regions: Vec<(String, Arc<dyn Vim>)>) -> Vims {
+        Vims { local, regions }
+    }
+
+    fn of(&self, region: &str) -> &Arc<dyn Vim> {
+        self.regions
+            .iter()
+            .find(|(r, _)| r == region)
+            .map_or(&self.local, |(_, v)| v)
+    }
+
+    fn others(&self) -> impl Iterator<Item = &Arc<dyn Vim>> {
+        self.regions.iter().map(|(_, v)| v)
+    }
+}
+
+impl Vim for Vims {
+    fn name(&self) -> &'static str {
+        if self.regions.is_empty() {
+            self.local.name()
+        } else {
+            "local+kubernetes"
+        }
+    }
+    fn start(&self, spec: &InstanceSpec) -> Result<Started, VimError> {
+        self.of(&spec.region).start(spec)
+    }
+    fn stop(&self, id: &str, pid: Option<u32>) {
+        self.local.stop(id, pid);
+        if pid.is_none() {
+            for v in self.others() {
+                v.stop(id, None);
+            }
+        }
+    }
+    fn alive(&self, id: &str, pid: Option<u32>, identity: &str) -> bool {
+        match pid {
+            Some(_) => self.local.alive(id, pid, identity),
+            None => self.others().any(|v| v.alive(id, None, identity)),
+        }
+    }
+    fn marked(&self) -> Vec<Marked> {
+        let mut m = self.local.marked();
+        for v in self.others() {
+            m.extend(v.marked());
+        }
+        m
+    }
+    fn address(&self, id: &str) -> Option<std::net::IpAddr> {
+        self.others().find_map(|v| v.address(id))
+    }
+    fn regions(&self) -> Vec<String> {
+        self.regions.iter().map(|(r, _)| r.clone()).collect()
+    }
+    fn hosts(&self) -> Vec<crate::types::Host> {
+        self.others().flat_map(|v| v.hosts()).collect()
+    }
+    fn start_limit(&self, region: &str) -> std::time::Duration {
+        self.of(region).start_limit(region)
+    }
 }
 
 /// How the local driver limits an instance's CPU.
@@ -314,6 +421,21 @@ enum CpuControl {
 /// restarted control plane finds the processes it started, and never
 /// touches anyone else's.
 pub const MARK: &str = "VCDN_CONTROL_DATA_DIR";
+
+/// The control plane's mark as a Kubernetes label value (at most 63
+/// characters): a hash of [`MARK`]'s data directory path.
+pub fn owner_label(data_dir: &Path) -> String {
+    use sha2::Digest;
+    let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let h = sha2::Sha256::digest(dir.as_os_str().as_encoded_bytes());
+    format!(
+        "vcdn-{}",
+        h[..10]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
+}
 
 /// Instances as processes of this host: `vcdn cache` bound to the
 /// instance's loopback address, CPU limited by cgroup quota where the host
@@ -553,7 +675,10 @@ impl Vim for LocalVim {
         let child = cmd.spawn().map_err(err)?;
         let pid = child.id();
         self.children.lock().insert(spec.id.clone(), child);
-        Ok(Started { pid, cpu_limit })
+        Ok(Started {
+            pid: Some(pid),
+            cpu_limit,
+        })
     }
 
     fn stop(&self, id: &str, pid: Option<u32>) {
@@ -621,7 +746,8 @@ impl Vim for LocalVim {
             .filter(|p| p.is_instance_command())
             .filter(|p| p.env(MARK) == Some(self.mark.as_str()))
             .map(|p| Marked {
-                pid: p.pid,
+                pid: Some(p.pid),
+                ip: None,
                 identity: p.flag("--instance-id").unwrap_or_default().to_string(),
                 listen: p.flag("--listen").unwrap_or_default().to_string(),
             })
@@ -704,6 +830,11 @@ mod tests {
     fn spec(proxy: Option<ProxySpec>) -> InstanceSpec {
         InstanceSpec {
             id: "i-1".into(),
+            region: "paris".into(),
+            service: "s-1".into(),
+            customer: "c-1".into(),
+            host: "h1".into(),
+            admin_name: None,
             identity: "i-1.abc".into(),
             listen: "127.10.0.2:8080".parse().unwrap(),
             admin: "127.10.0.2:9080".parse().unwrap(),

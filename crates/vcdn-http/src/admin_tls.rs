@@ -104,6 +104,17 @@ impl AdminClient {
         Endpoint::for_addr(reachable(admin), https.then(|| self.tls.clone()))
     }
 
+    /// The endpoint of an admin address whose certificate names `name`
+    /// when given (see [`Endpoint::for_addr_named`]), its IP otherwise.
+    pub fn endpoint_named(&self, admin: SocketAddr, https: bool, name: Option<&str>) -> Endpoint {
+        match name {
+            Some(n) => {
+                Endpoint::for_addr_named(reachable(admin), https.then(|| self.tls.clone()), n)
+            }
+            None => self.endpoint(admin, https),
+        }
+    }
+
     /// One request to an admin API.
     #[allow(clippy::too_many_arguments)]
     pub async fn request(

@@ -217,6 +217,24 @@ impl Endpoint {
         }
     }
 
+    /// An address over TLS whose certificate must carry `name` (not the
+    /// address's IP): an instance whose IP is given after its certificate
+    /// was made (a Kubernetes pod) proves who it is by name.
+    pub fn for_addr_named(
+        addr: SocketAddr,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        name: &str,
+    ) -> Endpoint {
+        let mut e = Endpoint::for_addr(addr, tls);
+        if let (Some((_, n)), Ok(named)) = (
+            &mut e.tls,
+            rustls::pki_types::ServerName::try_from(name.to_string()),
+        ) {
+            *n = named;
+        }
+        e
+    }
+
     pub fn is_https(&self) -> bool {
         self.tls.is_some()
     }

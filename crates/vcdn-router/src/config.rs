@@ -252,6 +252,11 @@ pub struct CacheEndpoint {
     /// `cache_admin_trust`, by default the system roots).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admin_https: bool,
+    /// The name the admin certificate carries when it cannot name the
+    /// address's IP (a Kubernetes pod's IP is known only after its
+    /// certificate is made); none: the IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_name: Option<String>,
     /// Overloaded at this many open connections (leaves answers until
     /// below again).
     #[serde(default)]

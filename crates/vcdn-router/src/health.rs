@@ -97,7 +97,8 @@ async fn check(c: Arc<CacheState>, client: AdminClient, timeout: Duration) -> Po
     };
     let https = c.endpoint.admin_https;
     let resp = client
-        .request(admin, https, "GET", "/healthz", &[], b"", timeout)
+        .endpoint_named(admin, https, c.endpoint.admin_name.as_deref())
+        .request("GET", "/healthz", &[], b"", timeout)
         .await;
     let resp = match resp {
         Ok(r) => r,

@@ -139,6 +139,7 @@ mod tests {
             region: name.into(),
             caches: vec![CacheEndpoint {
                 admin_https: false,
+                admin_name: None,
                 address: addr.parse().unwrap(),
                 admin: None,
                 max_connections: None,

@@ -72,6 +72,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             address: free_addr()?.to_string(),
             admin: free_addr()?.to_string(),
             admin_https: false,
+            admin_name: None,
             vcpus: 1,
             memory_mib: 2048,
             state: vcdn_control::types::InstanceState::Starting,
@@ -84,6 +85,11 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
         };
         let spec = InstanceSpec {
             id: instance.id.clone(),
+            region: String::new(),
+            service: "calibration".into(),
+            customer: String::new(),
+            host: instance.host.clone(),
+            admin_name: None,
             identity: instance.identity(),
             listen: instance.address.parse().map_err(|e| format!("{e}"))?,
             admin: instance.admin.parse().map_err(|e| format!("{e}"))?,
@@ -125,7 +131,7 @@ pub fn run(a: CalibrateArgs) -> Result<(), String> {
             Err(e) => Err(e),
         };
         let vim2 = vim.clone();
-        let (id, pid) = (spec.id.clone(), Some(started.pid));
+        let (id, pid) = (spec.id.clone(), started.pid);
         let _ = tokio::task::spawn_blocking(move || vim2.stop(&id, pid)).await;
         model
     });

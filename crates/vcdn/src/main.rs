@@ -12,6 +12,7 @@ use vcdn_cache::CacheConfig;
 
 mod calibrate_cmd;
 mod chains_cmd;
+mod image_cmd;
 mod model_cmd;
 mod name_cmd;
 mod netem_cmd;
@@ -45,6 +46,9 @@ struct Cli {
 enum Cmd {
     /// Run the control plane and router with embedded defaults (vcdn's main job).
     Up(up_cmd::UpArgs),
+    /// Write the cache image (a one-layer docker-archive of this binary)
+    /// that Kubernetes regions run.
+    Image(image_cmd::ImageArgs),
     /// Order and manage vCDNs through the API (customers).
     Service(service_cmd::ServiceArgs),
     /// Manage customers and their API keys (operator).
@@ -422,6 +426,7 @@ fn main() -> ExitCode {
         Cmd::Testbed(a) => testbed_cmd::run(a),
         Cmd::Reactive(a) => reactive_cmd::run(a),
         Cmd::Up(a) => up_cmd::run(a),
+        Cmd::Image(a) => image_cmd::run(a),
         Cmd::Player(a) => player_cmd::run(a),
         Cmd::Calibrate(a) => calibrate_cmd::run(a),
         Cmd::Service(a) => service_cmd::run_service(a),

@@ -106,6 +106,14 @@ pub struct UpArgs {
     /// sends.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..), env = "VCDN_AUTH_FAILURES_PER_MINUTE")]
     auth_failures_per_minute: u32,
+    /// A region whose instances are pods of a Kubernetes cluster instead
+    /// of local processes: NAME=kubernetes:KUBECONFIG (a path, or
+    /// in-cluster), optionally followed by ?namespace=NS (default vcdn),
+    /// &node-selector=K=V,K=V (the nodes that are its hosts) and
+    /// &image=REF (default the image `vcdn image` builds from this binary).
+    /// Repeat for more regions.
+    #[arg(long = "region-vim", value_name = "NAME=kubernetes:KUBECONFIG", value_parser = vcdn_control::kubernetes::KubeRegion::parse)]
+    region_vims: Vec<vcdn_control::kubernetes::KubeRegion>,
     /// Also run a demo origin and make a demo customer.
     #[arg(long)]
     demo: bool,
@@ -169,6 +177,7 @@ pub fn run(a: UpArgs) -> Result<(), String> {
             stats_polling: !a.no_stats_polling,
             srv6: a.srv6,
             auth_failures_per_minute: a.auth_failures_per_minute,
+            region_vims: a.region_vims.clone(),
             kafka: a.kafka.then_some(vcdn_control::KafkaPorts {
                 port: a.kafka_port,
                 controller_port: a.kafka_controller_port,

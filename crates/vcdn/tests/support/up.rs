@@ -122,11 +122,16 @@ pub fn instance_pids(port: u16) -> Vec<u32> {
 
 impl Up {
     pub fn start(name: &str, extra: &[&str]) -> Up {
+        Up::start_with_origin(name, SocketAddr::from(([127, 0, 0, 1], free_port())), extra)
+    }
+
+    /// With the demo origin on `origin` (one instances elsewhere reach).
+    pub fn start_with_origin(name: &str, origin: SocketAddr, extra: &[&str]) -> Up {
         let mut up = Up {
             child: None,
             dir: tempdir(name),
             api: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            origin: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            origin,
             instance_port: free_port(),
             instance_tls_port: free_port(),
             ports: [free_port(), free_port(), free_port(), free_port()],

@@ -1,0 +1,782 @@
+//! The `kubernetes` VIM driver: a region that is a Kubernetes cluster (or
+//! a namespace of one). Each instance is one pod running `vcdn cache`,
+//! which vcdn places on a node itself (the planner's choice, from the
+//! nodes' allocatable capacity) and replaces itself when it is gone; see
+//! `docs/ARCHITECTURE.md` for why pods and not a Deployment.
+//!
+//! The driver keeps two watches (pods, nodes) in memory, so the
+//! supervisor's questions (does it run, what IP has it, what is free) are
+//! answered without an API call; only starts and stops call the API. It
+//! runs its own small runtime, so the [`Vim`] trait stays synchronous for
+//! both drivers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use crate::types::Host;
+use crate::vim::{InstanceFiles, InstanceSpec, Marked, Started, Vim, VimError};
+
+/// Every object vcdn makes carries these labels.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Which control plane (a hash of its data directory) owns the object: a
+/// restart adopts what matches its records and deletes the rest of its
+/// own, and never touches another control plane's.
+pub const OWNER: &str = "vcdn.io/control-plane";
+pub const INSTANCE: &str = "vcdn.io/instance";
+pub const SERVICE: &str = "vcdn.io/service";
+pub const CUSTOMER: &str = "vcdn.io/customer";
+pub const REGION: &str = "vcdn.io/region";
+/// The pod's instance identity (`--instance-id`), an annotation.
+pub const IDENTITY: &str = "vcdn.io/identity";
+
+/// Where a pod finds the files of its Secret.
+const FILES: &str = "/run/vcdn";
+
+/// How long a pod just created counts as running before the watch has
+/// seen it (the watch is normally milliseconds behind).
+const UNSEEN_GRACE: Duration = Duration::from_secs(20);
+
+/// A region given to Kubernetes (`vcdn up --region-vim
+/// NAME=kubernetes:KUBECONFIG[?namespace=NS&node-selector=K=V,…&image=REF]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeRegion {
+    pub region: String,
+    /// None: the in-cluster service account (`in-cluster`).
+    pub kubeconfig: Option<PathBuf>,
+    pub namespace: String,
+    /// Nodes must carry these labels to be the region's hosts; pods get
+    /// them as their node selector.
+    pub node_selector: BTreeMap<String, String>,
+    /// The cache image (`vcdn image` builds one from this binary).
+    pub image: String,
+}
+
+/// The image `vcdn image` makes from this build, used when a region names
+/// none.
+pub fn default_image() -> String {
+    format!("vcdn.local/vcdn:{}", env!("CARGO_PKG_VERSION"))
+}
+
+impl KubeRegion {
+    /// Reads `NAME=kubernetes:KUBECONFIG[?namespace=…&node-selector=…&image=…]`.
+    pub fn parse(arg: &str) -> Result<KubeRegion, String> {
+        let usage = "expected NAME=kubernetes:KUBECONFIG[?namespace=NS&node-selector=K=V,K=V&image=REF] (KUBECONFIG may be in-cluster)";
+        let (region, rest) = arg
+            .split_once('=')
+            .ok_or_else(|| format!("--region-vim {arg}: {usage}"))?;
+        let rest = rest
+            .strip_prefix("kubernetes:")
+            .ok_or_else(|| format!("--region-vim {arg}: unknown VIM; {usage}"))?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if region.is_empty() || path.is_empty() {
+            return Err(format!("--region-vim {arg}: {usage}"));
+        }
+        let mut r = KubeRegion {
+            region: region.to_string(),
+            kubeconfig: (path != "in-cluster").then(|| PathBuf::from(path)),
+            namespace: "vcdn".into(),
+            node_selector: BTreeMap::new(),
+            image: default_image(),
+        };
+        for kv in query.split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("--region-vim {arg}: {kv}: {usage}"))?;
+            match k {
+                "namespace" => r.namespace = v.to_string(),
+                "image" => r.image = v.to_string(),
+                "node-selector" => {
+                    for pair in v.split(',').filter(|s| !s.is_empty()) {
+                        let (lk, lv) = pair.split_once('=').ok_or_else(|| {
+                            format!("--region-vim {arg}: node-selector {pair}: expected KEY=VALUE")
+                        })?;
+                        r.node_selector.insert(lk.to_string(), lv.to_string());
+                    }
+                }
+                _ => return Err(format!("--region-vim {arg}: unknown option {k}; {usage}")),
+            }
+        }
+        if !is_dns_label(&r.namespace) {
+            return Err(format!(
+                "--region-vim {arg}: namespace {} is not a DNS label (lowercase letters, digits, '-', at most 63)",
+                r.namespace
+            ));
+        }
+        Ok(r)
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A pod just created that the watch may not show yet.
+struct Unseen {
+    pod: String,
+    at: Instant,
+}
+
+pub struct KubeVim {
+    cfg: KubeRegion,
+    owner: String,
+    client: kube::Client,
+    pods: reflector::Store<Pod>,
+    nodes: reflector::Store<Node>,
+    unseen: Mutex<HashMap<String, Unseen>>,
+    /// The driver's own runtime (watches and calls), shut down on drop.
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+/// What went wrong with a call to the cluster, for events.
+fn api_error(e: kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({}): {}", s.reason, s.code, s.message),
+        e => e.to_string(),
+    }
+}
+
+impl KubeVim {
+    /// Connects to the region's cluster and starts watching its pods and
+    /// nodes. An unreachable cluster is not fatal: the watches retry (the
+    /// region has no hosts meanwhile, so orders for it get a 409 saying
+    /// so), and the reason is logged.
+    pub fn connect(cfg: KubeRegion, owner: &str) -> Result<KubeVim, String> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("kube-{}", cfg.region))
+            .enable_all()
+            .build()
+            .map_err(|e| format!("region {}: cannot start a runtime: {e}", cfg.region))?;
+        let c = cfg.clone();
+        let client = run(&rt, Duration::from_secs(30), async move {
+            let config = match &c.kubeconfig {
+                None => kube::Config::incluster().map_err(|e| e.to_string())?,
+                Some(p) => {
+                    let k = kube::config::Kubeconfig::read_from(p)
+                        .map_err(|e| format!("{}: {e}", p.display()))?;
+                    kube::Config::from_custom_kubeconfig(k, &Default::default())
+                        .await
+                        .map_err(|e| format!("{}: {e}", p.display()))?
+                }
+            };
+            kube::Client::try_from(config).map_err(|e| e.to_string())
+        })
+        .and_then(|r| r)
+        .map_err(|e| format!("region {}: kubernetes: {e}", cfg.region))?;
+        let (pods, pods_w) = reflector::store();
+        let (nodes, nodes_w) = reflector::store();
+        let region = cfg.region.clone();
+        let pods_api: Api<Pod> = Api::all(client.clone());
+        let nodes_api: Api<Node> = Api::all(client.clone());
+        let node_labels = selector(&cfg.node_selector);
+        let r1 = region.clone();
+        rt.spawn(async move {
+            watcher(pods_api, watcher::Config::default())
+                .default_backoff()
+                .reflect(pods_w)
+                .for_each(|e| {
+                    if let Err(e) = e {
+                        tracing::warn!(region = %r1, error = %e, "kubernetes: watching pods failed; retrying");
+                    }
+                    std::future::ready(())
+                })
+                .await
+        });
+        let r2 = region.clone();
+        rt.spawn(async move {
+            let mut c = watcher::Config::default();
+            if !node_labels.is_empty() {
+                c = c.labels(&node_labels);
+            }
+            watcher(nodes_api, c)
+                .default_backoff()
+                .reflect(nodes_w)
+                .for_each(|e| {
+                    if let Err(e) = e {
+                        tracing::warn!(region = %r2, error = %e, "kubernetes: watching nodes failed; retrying");
+                    }
+                    std::future::ready(())
+                })
+                .await
+        });
+        // The namespace is made if missing (an operator who gives vcdn a
+        // namespace of a shared cluster makes it; vcdn then needs no
+        // cluster-wide right to create namespaces).
+        let (c, ns) = (client.clone(), cfg.namespace.clone());
+        let made = run(&rt, Duration::from_secs(10), async move {
+            let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c);
+            if api.get_opt(&ns).await.ok().flatten().is_some() {
+                return Ok(false);
+            }
+            let obj = serde_json::from_value(
+                json!({"metadata": {"name": ns, "labels": {MANAGED_BY: "vcdn"}}}),
+            )
+            .map_err(|e| e.to_string())?;
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(api_error(e)),
+            }
+        });
+        match made {
+            Ok(Ok(true)) => {
+                tracing::info!(region = %cfg.region, namespace = %cfg.namespace, "kubernetes: namespace created")
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) | Err(e) => {
+                tracing::warn!(region = %cfg.region, namespace = %cfg.namespace, error = %e, "kubernetes: cannot check or create the namespace")
+            }
+        }
+        let (p, n) = (pods.clone(), nodes.clone());
+        let ready = run(&rt, Duration::from_secs(10), async move {
+            let _ = p.wait_until_ready().await;
+            let _ = n.wait_until_ready().await;
+        });
+        let vim = KubeVim {
+            cfg,
+            owner: owner.to_string(),
+            client,
+            pods,
+            nodes,
+            unseen: Mutex::new(HashMap::new()),
+            rt: Some(rt),
+        };
+        match ready {
+            Ok(()) => tracing::info!(
+                region = %vim.cfg.region,
+                namespace = %vim.cfg.namespace,
+                nodes = vim.nodes.state().len(),
+                image = %vim.cfg.image,
+                "kubernetes VIM ready"
+            ),
+            Err(_) => tracing::warn!(
+                region = %vim.cfg.region,
+                "kubernetes: the cluster did not answer within 10 s; the region has no hosts until it does"
+            ),
+        }
+        Ok(vim)
+    }
+
+    pub fn region(&self) -> &str {
+        &self.cfg.region
+    }
+
+    fn call<T: Send + 'static>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, String>> + Send + 'static,
+    ) -> Result<T, String> {
+        let rt = self
+            .rt
+            .as_ref()
+            .expect("runtime lives as long as the driver");
+        run(rt, Duration::from_secs(30), f).and_then(|r| r)
+    }
+
+    fn ours(&self, p: &Pod) -> bool {
+        label(p, OWNER) == Some(self.owner.as_str())
+    }
+
+    /// The instance's pods that are not being deleted.
+    fn pods_of(&self, id: &str) -> Vec<Arc<Pod>> {
+        self.pods
+            .state()
+            .into_iter()
+            .filter(|p| self.ours(p) && label(p, INSTANCE) == Some(id))
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect()
+    }
+
+    fn selector(&self, id: &str) -> String {
+        format!("{OWNER}={},{INSTANCE}={id}", self.owner)
+    }
+
+    /// The instance's Secret and Pod.
+    fn objects(&self, spec: &InstanceSpec, name: &str) -> Result<(Secret, Pod), String> {
+        let mut data = serde_json::Map::new();
+        data.insert("admin-token".into(), json!(spec.admin_token));
+        if let Some(c) = &spec.admin_tls {
+            data.insert("admin.crt".into(), json!(c.cert_pem));
+            data.insert("admin.key".into(), json!(c.key_pem));
+        }
+        if let Some(ca) = &spec.origin_ca_pem {
+            data.insert("origin-ca.pem".into(), json!(ca));
+        }
+        let (crt, key, ca) = (
+            PathBuf::from(format!("{FILES}/admin.crt")),
+            PathBuf::from(format!("{FILES}/admin.key")),
+            PathBuf::from(format!("{FILES}/origin-ca.pem")),
+        );
+        // A pod has the whole network namespace to itself: it listens on
+        // every address of it, at the planned ports.
+        let mut inside = spec.clone();
+        let any = IpAddr::from([0, 0, 0, 0]);
+        inside.listen.set_ip(any);
+        inside.admin.set_ip(any);
+        if let Some(t) = &mut inside.tls_listen {
+            t.set_ip(any);
+        }
+        let (args, _env) = crate::vim::command(
+            &inside,
+            InstanceFiles {
+                origin_ca: spec.origin_ca_pem.as_ref().map(|_| ca.as_path()),
+                admin_tls: spec
+                    .admin_tls
+                    .as_ref()
+                    .map(|_| (crt.as_path(), key.as_path())),
+                telemetry_keys: None,
+            },
+        );
+        let labels = json!({
+            MANAGED_BY: "vcdn",
+            OWNER: self.owner,
+            INSTANCE: spec.id,
+            SERVICE: spec.service,
+            CUSTOMER: spec.customer,
+            REGION: spec.region,
+        });
+        let secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": self.cfg.namespace, "labels": labels},
+            "type": "Opaque",
+            "stringData": data,
+        }))
+        .map_err(|e| e.to_string())?;
+        let cpu = format!("{}m", (spec.cpu_quota * 1000.0).round().max(1.0) as u64);
+        let memory = format!("{}Mi", spec.memory_mib.max(1));
+        let scheme = if spec.admin_tls.is_some() {
+            "HTTPS"
+        } else {
+            "HTTP"
+        };
+        let mut ports = vec![
+            json!({"name": "http", "containerPort": spec.listen.port()}),
+            json!({"name": "admin", "containerPort": spec.admin.port()}),
+        ];
+        if let Some(t) = spec.tls_listen {
+            ports.push(json!({"name": "https", "containerPort": t.port()}));
+        }
+        let pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "namespace": self.cfg.namespace,
+                "labels": labels,
+                "annotations": {IDENTITY: spec.identity},
+            },
+            "spec": {
+                // vcdn replaces a pod that is gone itself (and records it):
+                // the kubelet does not restart it in place.
+                "restartPolicy": "Never",
+                // SIGTERM drains (GOAWAY, finish in-flight responses).
+                "terminationGracePeriodSeconds": 10,
+                "automountServiceAccountToken": false,
+                "enableServiceLinks": false,
+                "nodeSelector": self.cfg.node_selector,
+                // The planner chose the node; the scheduler still checks it.
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": [spec.host]}
+                    ]}]
+                }}},
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534},
+                "containers": [{
+                    "name": "cache",
+                    "image": self.cfg.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["/vcdn"],
+                    "args": args,
+                    "env": [{"name": "VCDN_ADMIN_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": "admin-token"}}}],
+                    "ports": ports,
+                    "resources": {
+                        "requests": {"cpu": cpu, "memory": memory},
+                        "limits": {"cpu": cpu, "memory": memory},
+                    },
+                    "readinessProbe": {
+                        "httpGet": {"path": "/healthz", "port": spec.admin.port(), "scheme": scheme},
+                        "periodSeconds": 1,
+                        "failureThreshold": 1,
+                        "timeoutSeconds": 1,
+                    },
+                    "securityContext": {
+                        "allowPrivilegeEscalation": false,
+                        "readOnlyRootFilesystem": true,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": [
+                        {"name": "files", "mountPath": FILES, "readOnly": true},
+                        {"name": "tmp", "mountPath": "/tmp"},
+                    ],
+                }],
+                "volumes": [
+                    {"name": "files", "secret": {"secretName": name, "defaultMode": 0o440}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+                ],
+            }
+        }))
+        .map_err(|e| e.to_string())?;
+        Ok((secret, pod))
+    }
+}
+
+impl Drop for KubeVim {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Runs `f` on the driver's runtime and waits for it from any thread (a
+/// thread of another runtime included, which `block_on` would refuse).
+fn run<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    limit: Duration,
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        let _ = tx.send(f.await);
+    });
+    rx.recv_timeout(limit)
+        .map_err(|_| format!("no answer from the cluster within {limit:?}"))
+}
+
+fn label<'a>(p: &'a Pod, k: &str) -> Option<&'a str> {
+    p.metadata.labels.as_ref()?.get(k).map(String::as_str)
+}
+
+fn selector(m: &BTreeMap<String, String>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A pod that has ended (its container exited or it was evicted).
+fn ended(p: &Pod) -> bool {
+    matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Failed" | "Succeeded")
+    )
+}
+
+fn pod_ip(p: &Pod) -> Option<IpAddr> {
+    p.status.as_ref()?.pod_ip.as_ref()?.parse().ok()
+}
+
+impl Vim for KubeVim {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn start(&self, spec: &InstanceSpec) -> Result<Started, VimError> {
+        let name = format!("vcdn-{}-{}", spec.id, crate::control::random_hex(3));
+        let fail = |e: String| {
+            VimError::Spawn(
+                spec.id.clone(),
+                std::io::Error::other(format!(
+                    "kubernetes region {} (namespace {}): {e}",
+                    self.cfg.region, self.cfg.namespace
+                )),
+            )
+        };
+        let (secret, pod) = self.objects(spec, &name).map_err(fail)?;
+        let (pods, secrets): (Api<Pod>, Api<Secret>) = (
+            Api::namespaced(self.client.clone(), &self.cfg.namespace),
+            Api::namespaced(self.client.clone(), &self.cfg.namespace),
+        );
+        let old = ListParams::default().labels(&self.selector(&spec.id));
+        let n = name.clone();
+        self.call(async move {
+            // A pod of this instance that ended, or one left behind by a
+            // start cut short, goes first (with its Secret).
+            let now = DeleteParams::default().grace_period(0);
+            pods.delete_collection(&now, &old)
+                .await
+                .map_err(api_error)?;
+            secrets
+                .delete_collection(&now, &old)
+                .await
+                .map_err(api_error)?;
+            secrets
+                .create(&PostParams::default(), &secret)
+                .await
+                .map_err(api_error)?;
+            let made = pods
+                .create(&PostParams::default(), &pod)
+                .await
+                .map_err(api_error)?;
+            // The Secret goes with its pod (garbage collection).
+            let owner = json!({"metadata": {"ownerReferences": [{
+                "apiVersion": "v1", "kind": "Pod", "name": n,
+                "uid": made.metadata.uid, "blockOwnerDeletion": false,
+            }]}});
+            secrets
+                .patch(&n, &PatchParams::default(), &Patch::Merge(&owner))
+                .await
+                .map_err(api_error)?;
+            Ok(())
+        })
+        .map_err(fail)?;
+        self.unseen.lock().insert(
+            spec.id.clone(),
+            Unseen {
+                pod: name.clone(),
+                at: Instant::now(),
+            },
+        );
+        tracing::info!(region = %self.cfg.region, instance = %spec.id, pod = %name, node = %spec.host, "pod created");
+        Ok(Started {
+            pid: None,
+            cpu_limit: format!("kubernetes pod {name}: {:.2} CPU limit", spec.cpu_quota),
+        })
+    }
+
+    fn stop(&self, id: &str, _pid: Option<u32>) {
+        self.unseen.lock().remove(id);
+        if self.pods_of(id).is_empty()
+            && !self
+                .pods
+                .state()
+                .iter()
+                .any(|p| label(p, INSTANCE) == Some(id))
+        {
+            return;
+        }
+        let (pods, secrets): (Api<Pod>, Api<Secret>) = (
+            Api::namespaced(self.client.clone(), &self.cfg.namespace),
+            Api::namespaced(self.client.clone(), &self.cfg.namespace),
+        );
+        let which = ListParams::default().labels(&self.selector(id));
+        let r = self.call(async move {
+            // The pod's grace period lets it drain; nobody waits for it.
+            pods.delete_collection(&DeleteParams::default(), &which)
+                .await
+                .map_err(api_error)?;
+            secrets
+                .delete_collection(&DeleteParams::default(), &which)
+                .await
+                .map_err(api_error)?;
+            Ok(())
+        });
+        match r {
+            Ok(()) => tracing::info!(region = %self.cfg.region, instance = %id, "pod deleted"),
+            Err(e) => {
+                tracing::warn!(region = %self.cfg.region, instance = %id, error = %e, "cannot delete the pod; the next reconcile will")
+            }
+        }
+    }
+
+    fn alive(&self, id: &str, _pid: Option<u32>, identity: &str) -> bool {
+        let pods = self.pods_of(id);
+        let mut unseen = self.unseen.lock();
+        if let Some(u) = unseen.get(id) {
+            if pods
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(u.pod.as_str()))
+            {
+                unseen.remove(id);
+            } else if u.at.elapsed() < UNSEEN_GRACE {
+                return true;
+            }
+        }
+        pods.iter().any(|p| {
+            !ended(p)
+                && p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(IDENTITY))
+                    .is_some_and(|i| i == identity)
+        })
+    }
+
+    fn marked(&self) -> Vec<Marked> {
+        self.pods
+            .state()
+            .iter()
+            .filter(|p| self.ours(p) && p.metadata.deletion_timestamp.is_none() && !ended(p))
+            .map(|p| Marked {
+                pid: None,
+                ip: pod_ip(p),
+                identity: p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(IDENTITY))
+                    .cloned()
+                    .unwrap_or_default(),
+                listen: p.metadata.name.clone().unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    fn address(&self, id: &str) -> Option<IpAddr> {
+        self.pods_of(id)
+            .iter()
+            .filter(|p| !ended(p))
+            .find_map(|p| pod_ip(p))
+    }
+
+    fn regions(&self) -> Vec<String> {
+        vec![self.cfg.region.clone()]
+    }
+
+    fn hosts(&self) -> Vec<Host> {
+        // What other workloads request of each node (vcdn's own pods are
+        // counted by the planner from its records).
+        let mut held: HashMap<String, (u64, u64)> = HashMap::new();
+        for p in self.pods.state() {
+            if self.ours(&p) || ended(&p) {
+                continue;
+            }
+            let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+                continue;
+            };
+            let (c, m) = requests(&p);
+            let h = held.entry(node).or_default();
+            h.0 += c;
+            h.1 += m;
+        }
+        self.nodes
+            .state()
+            .iter()
+            .filter(|n| usable(n))
+            .filter_map(|n| {
+                let name = n.metadata.name.clone()?;
+                let alloc = n.status.as_ref()?.allocatable.as_ref()?;
+                let cpu = alloc.get("cpu").and_then(|q| millicpu(&q.0))?;
+                let mem = alloc.get("memory").and_then(|q| bytes(&q.0))?;
+                let (hc, hm) = held.get(&name).copied().unwrap_or_default();
+                Some(Host {
+                    name,
+                    region: self.cfg.region.clone(),
+                    vcpus: (cpu.saturating_sub(hc) / 1000) as u32,
+                    memory_mib: mem.saturating_sub(hm) >> 20,
+                })
+            })
+            .collect()
+    }
+
+    fn start_limit(&self, _region: &str) -> Duration {
+        // Scheduling, the sandbox, the network and the container start.
+        Duration::from_secs(60)
+    }
+}
+
+/// Ready, schedulable nodes are hosts.
+fn usable(n: &Node) -> bool {
+    if n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        return false;
+    }
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A pod's CPU (millicores) and memory (bytes) requests, as the scheduler
+/// sums them (containers; init containers are ignored: they end).
+fn requests(p: &Pod) -> (u64, u64) {
+    let mut out = (0, 0);
+    for c in p.spec.iter().flat_map(|s| s.containers.iter()) {
+        if let Some(r) = c.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+            out.0 += r.get("cpu").and_then(|q| millicpu(&q.0)).unwrap_or(0);
+            out.1 += r.get("memory").and_then(|q| bytes(&q.0)).unwrap_or(0);
+        }
+    }
+    out
+}
+
+/// A CPU quantity in millicores: `2`, `1500m`, `0.5`.
+fn millicpu(q: &str) -> Option<u64> {
+    if let Some(m) = q.strip_suffix('m') {
+        return m.parse().ok();
+    }
+    let v: f64 = q.parse().ok()?;
+    (v >= 0.0).then(|| (v * 1000.0).round() as u64)
+}
+
+/// A memory quantity in bytes: `8Gi`, `16381356Ki`, `1G`, `512M`, `1024`.
+fn bytes(q: &str) -> Option<u64> {
+    const UNITS: [(&str, u64); 11] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("Pi", 1 << 50),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+        ("P", 1_000_000_000_000_000),
+        ("", 1),
+    ];
+    let (num, unit) = UNITS
+        .iter()
+        .find_map(|(s, u)| q.strip_suffix(s).map(|n| (n, *u)))?;
+    let v: f64 = num.parse().ok()?;
+    (v >= 0.0).then_some((v * unit as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_region_vim_names_its_cluster_namespace_selector_and_image() {
+        let r = KubeRegion::parse(
+            "paris=kubernetes:/etc/k.yaml?namespace=cdn&node-selector=zone=a,tier=edge&image=reg/v:1",
+        )
+        .unwrap();
+        assert_eq!(r.region, "paris");
+        assert_eq!(
+            r.kubeconfig.as_deref(),
+            Some(std::path::Path::new("/etc/k.yaml"))
+        );
+        assert_eq!(r.namespace, "cdn");
+        assert_eq!(
+            r.node_selector.get("tier").map(String::as_str),
+            Some("edge")
+        );
+        assert_eq!(r.image, "reg/v:1");
+        let d = KubeRegion::parse("lyon=kubernetes:in-cluster").unwrap();
+        assert_eq!((d.kubeconfig, d.namespace.as_str()), (None, "vcdn"));
+        for bad in [
+            "paris",
+            "paris=local:/x",
+            "=kubernetes:/x",
+            "paris=kubernetes:",
+            "paris=kubernetes:/x?color=red",
+            "paris=kubernetes:/x?namespace=Bad_NS",
+            "paris=kubernetes:/x?node-selector=novalue",
+        ] {
+            assert!(KubeRegion::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn quantities_read_as_the_scheduler_reads_them() {
+        assert_eq!(millicpu("2"), Some(2000));
+        assert_eq!(millicpu("1500m"), Some(1500));
+        assert_eq!(millicpu("0.5"), Some(500));
+        assert_eq!(millicpu("x"), None);
+        assert_eq!(bytes("8Gi"), Some(8 << 30));
+        assert_eq!(bytes("16381356Ki"), Some(16381356 << 10));
+        assert_eq!(bytes("1G"), Some(1_000_000_000));
+        assert_eq!(bytes("1024"), Some(1024));
+        assert_eq!(bytes("-1"), None);
+    }
+}

@@ -1,0 +1,370 @@
+//! Issue 23: a region that is a Kubernetes cluster. A real single-node
+//! cluster (etcd, kube-apiserver, controller-manager, scheduler, kubelet
+//! with containerd and runc; `scripts/kube-cluster.sh`) runs the caches of
+//! region paris as pods made from `vcdn image`; the other regions stay
+//! local. Needs root, and the binaries `scripts/kubernetes.sh` builds once
+//! (the test command runs it).
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::Value;
+use support::up::{free_port, Up, OP};
+use support::{eventually, tempdir, x_cache, TempDir};
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kube-cluster.sh")
+}
+
+/// A cluster of `kube-cluster.sh`, stopped (and everything it made
+/// removed) when dropped, also when the test fails.
+struct Cluster {
+    dir: TempDir,
+    port: u16,
+}
+
+impl Cluster {
+    fn start(name: &str) -> Cluster {
+        assert!(
+            unsafe { libc::geteuid() } == 0,
+            "the Kubernetes tests run as root (kubelet, containerd)"
+        );
+        // The apiserver's port and the five after it.
+        let port = loop {
+            let p = free_port();
+            if (1..6).all(|i| std::net::TcpListener::bind(("127.0.0.1", p + i)).is_ok()) {
+                break p;
+            }
+        };
+        let c = Cluster {
+            dir: tempdir(name),
+            port,
+        };
+        c.run(&["start"]);
+        c
+    }
+
+    fn run(&self, args: &[&str]) {
+        let out = Command::new("bash")
+            .arg(script())
+            .arg(args[0])
+            .arg(&*self.dir)
+            .args(&args[1..])
+            .env("KUBE_PORT", self.port.to_string())
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "kube-cluster.sh {args:?}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+    }
+
+    fn logs(&self) -> String {
+        ["kubelet", "apiserver", "containerd"]
+            .iter()
+            .map(|l| {
+                let t = std::fs::read_to_string(self.dir.join(format!("log/{l}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = t.lines().rev().take(15).collect();
+                format!(
+                    "--- {l}.log (last lines)\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    async fn client(&self) -> kube::Client {
+        let k = kube::config::Kubeconfig::read_from(self.kubeconfig()).unwrap();
+        let c = kube::Config::from_custom_kubeconfig(k, &Default::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(c).unwrap()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(script())
+            .arg("stop")
+            .arg(&*self.dir)
+            .env("KUBE_PORT", self.port.to_string())
+            .status();
+    }
+}
+
+/// `vcdn image` of this build (debug information stripped: the pods'
+/// snapshots copy the layer), imported into the node's containerd.
+fn import_image(c: &Cluster, tag: &str) {
+    let bin = c.dir.join("vcdn-stripped");
+    let ok = Command::new("strip")
+        .args(["--strip-debug", "-o"])
+        .arg(&bin)
+        .arg(env!("CARGO_BIN_EXE_vcdn"))
+        .status()
+        .expect("strip runs (binutils)");
+    assert!(ok.success());
+    let tar = c.dir.join("vcdn-image.tar");
+    let out = Command::new(env!("CARGO_BIN_EXE_vcdn"))
+        .args(["image", "--tag", tag, "--binary"])
+        .arg(&bin)
+        .arg("--out")
+        .arg(&tar)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout).trim());
+    c.run(&["import", tar.to_str().unwrap()]);
+}
+
+/// `dig +short` from a source address: the A records.
+fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
+    let out = Command::new("dig")
+        .args([
+            "+short",
+            "+time=2",
+            "+tries=1",
+            "-p",
+            &dns.port().to_string(),
+            "-b",
+            source,
+        ])
+        .arg(format!("@{}", dns.ip()))
+        .arg(name)
+        .output()
+        .expect("dig runs (apt install bind9-dnsutils)");
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The service's pods that are not being deleted: name → IP.
+async fn pods_of(api: &Api<Pod>, service: &str) -> Vec<(String, String, bool)> {
+    let l = api
+        .list(&ListParams::default().labels(&format!("vcdn.io/service={service}")))
+        .await
+        .unwrap();
+    let mut v: Vec<(String, String, bool)> = l
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let st = p.status.unwrap_or_default();
+            let ready = st
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            (
+                p.metadata.name.unwrap_or_default(),
+                st.pod_ip.unwrap_or_default(),
+                ready,
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn instances(v: &Value, region: &str) -> Vec<Value> {
+    v["graph"]["regions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["region"] == region)
+        .flat_map(|r| r["instances"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_and_go() {
+    let cluster = Cluster::start("kube-e2e");
+    let tag = "vcdn.local/vcdn:test";
+    import_image(&cluster, tag);
+    // The demo origin on the pods' bridge, where they reach the host.
+    let origin = SocketAddr::from(([10, 244, 0, 1], free_port()));
+    let model_dir = tempdir("kube-model");
+    let model = support::small_capacity_model(&model_dir);
+    let vim = format!(
+        "paris=kubernetes:{}?namespace=vcdn-test&image={tag}",
+        cluster.kubeconfig().display()
+    );
+    let up = Up::start_with_origin(
+        "kube-up",
+        origin,
+        &["--region-vim", &vim, "--capacity-model", &model],
+    );
+    let k = cluster.client().await;
+    let pods: Api<Pod> = Api::namespaced(k.clone(), "vcdn-test");
+    let secrets: Api<Secret> = Api::namespaced(k.clone(), "vcdn-test");
+    let dns = SocketAddr::from(([127, 0, 0, 1], up.ports[0]));
+
+    // The region's hosts are the cluster's nodes, with their allocatable
+    // CPU and memory.
+    let (st, hosts) = up.call(OP, "GET", "/v1/hosts", None).await;
+    assert_eq!(st, 200, "{hosts}");
+    let node = hosts["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["region"] == "paris")
+        .cloned()
+        .unwrap_or_else(|| panic!("no paris host: {hosts}"));
+    assert_eq!(node["name"], "vcdn-node", "{hosts}");
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    assert_eq!(node["vcpus"].as_u64(), Some(cpus), "{node}");
+
+    // Order → active, pods included.
+    let t0 = Instant::now();
+    let id = up.order("kube", "paris", 10).await;
+    let took = t0.elapsed();
+    eprintln!("order → active on Kubernetes (pod start included): {took:?}");
+    let (_, s) = up
+        .call(OP, "GET", &format!("/v1/services/{id}"), None)
+        .await;
+    let paris = instances(&s, "paris");
+    assert_eq!(paris.len(), 1, "{s}");
+    let p = pods_of(&pods, &id).await;
+    assert_eq!(p.len(), 1, "one pod per instance: {p:?}");
+    assert!(p[0].2, "the pod is ready: {p:?}");
+    let ip: IpAddr = p[0].1.parse().unwrap();
+    assert!(p[0].1.starts_with("10.244.0."), "a pod IP: {p:?}");
+    assert_eq!(
+        paris[0]["address"],
+        format!("{ip}:{}", up.instance_port),
+        "the record holds the pod's IP: {s}"
+    );
+    let pod: Pod = pods.get(&p[0].0).await.unwrap();
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    for (k, v) in [
+        ("vcdn.io/service", id.as_str()),
+        ("vcdn.io/region", "paris"),
+        ("vcdn.io/customer", s["customer"].as_str().unwrap()),
+        ("app.kubernetes.io/managed-by", "vcdn"),
+    ] {
+        assert_eq!(labels.get(k).map(String::as_str), Some(v), "{labels:?}");
+    }
+    let c = &pod.spec.as_ref().unwrap().containers[0];
+    let res = c.resources.as_ref().unwrap();
+    assert_eq!(
+        res.limits, res.requests,
+        "requests and limits from the flavor"
+    );
+    assert!(c.readiness_probe.is_some());
+
+    // DNS from Paris's client range answers with the pod's IP; a GET
+    // through it is a MISS, then a HIT.
+    assert_eq!(
+        resolve(dns, "127.1.0.1", "kube.example"),
+        vec![ip.to_string()]
+    );
+    let cache = SocketAddr::new(ip, up.instance_port);
+    let get = || support::get_with(cache, "/size/4096", &[("Host", "kube.example")]);
+    let r = get().await;
+    assert_eq!(r.status(), 200);
+    assert!(x_cache(&r).starts_with("MISS"), "{}", x_cache(&r));
+    assert!(x_cache(&get().await).starts_with("HIT"));
+
+    // A pod deleted behind vcdn's back (kubectl delete pod) is replaced,
+    // the event says so, and DNS follows the new IP.
+    let t1 = Instant::now();
+    pods.delete(&p[0].0, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let healed = eventually(30, || async {
+        let now = pods_of(&pods, &id).await;
+        now.len() == 1 && now[0].0 != p[0].0 && now[0].2 && {
+            let (_, s) = up
+                .call(OP, "GET", &format!("/v1/services/{id}"), None)
+                .await;
+            s["state"] == "active"
+                && instances(&s, "paris")[0]["address"]
+                    == format!("{}:{}", now[0].1, up.instance_port)
+        }
+    })
+    .await;
+    assert!(
+        healed,
+        "the deleted pod was not replaced: {:?}",
+        pods_of(&pods, &id).await
+    );
+    eprintln!("deleted pod replaced and serving in {:?}", t1.elapsed());
+    let now = pods_of(&pods, &id).await;
+    assert!(
+        eventually(5, || async {
+            resolve(dns, "127.1.0.1", "kube.example") == vec![now[0].1.clone()]
+        })
+        .await,
+        "DNS answers the new pod: {:?}",
+        resolve(dns, "127.1.0.1", "kube.example")
+    );
+    let cache = SocketAddr::new(now[0].1.parse().unwrap(), up.instance_port);
+    let r = support::get_with(cache, "/size/4096", &[("Host", "kube.example")]).await;
+    assert_eq!(r.status(), 200, "the region keeps answering");
+    let (_, ev) = up
+        .call(OP, "GET", &format!("/v1/services/{id}/events"), None)
+        .await;
+    assert!(ev.to_string().contains("healed"), "{ev}");
+
+    // Load on the pod (40 viewers' connections; one carries 20 at MOS 4):
+    // the supervisor scales Paris out with a second pod.
+    let conns: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| std::net::TcpStream::connect(cache).unwrap())
+        .collect();
+    let scaled = eventually(30, || async {
+        pods_of(&pods, &id).await.iter().filter(|p| p.2).count() >= 2
+    })
+    .await;
+    assert!(
+        scaled,
+        "no scale-out under load: {:?}",
+        pods_of(&pods, &id).await
+    );
+    assert!(
+        eventually(5, || async {
+            resolve(dns, "127.1.0.1", "kube.example").len() >= 2
+        })
+        .await,
+        "the router answers with the new pod too"
+    );
+    drop(conns);
+
+    // Delete: every object vcdn made goes.
+    let (st, _) = up
+        .call(OP, "DELETE", &format!("/v1/services/{id}"), None)
+        .await;
+    assert!(st == 202 || st == 200 || st == 204, "{st}");
+    let gone = eventually(30, || async {
+        let sel = ListParams::default().labels("app.kubernetes.io/managed-by=vcdn");
+        pods.list(&sel).await.unwrap().items.is_empty()
+            && secrets.list(&sel).await.unwrap().items.is_empty()
+    })
+    .await;
+    assert!(
+        gone,
+        "pods or secrets are left: {:?}",
+        pods_of(&pods, &id).await
+    );
+}
