@@ -10,10 +10,10 @@ mod support;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::Value;
 use support::up::{free_port, Up, OP};
 use support::{eventually, tempdir, x_cache, TempDir};
@@ -211,7 +211,7 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         "paris=kubernetes:{}?namespace=vcdn-test&image={tag}",
         cluster.kubeconfig().display()
     );
-    let up = Up::start_with_origin(
+    let mut up = Up::start_with_origin(
         "kube-up",
         origin,
         &["--region-vim", &vim, "--capacity-model", &model],
@@ -351,6 +351,107 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     );
     drop(conns);
 
+    // A cache that dies in its pod leaves the DNS answers within a second
+    // (the router polls its /healthz like a local cache's), and is
+    // replaced.
+    let two = pods_of(&pods, &id).await;
+    let victim = &two[0];
+    let pid = cache_pid_in_pod(&pods, &victim.0).await;
+    let t2 = Instant::now();
+    // SAFETY: signalling the pod's cache process.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let left = eventually(5, || async {
+        !resolve(dns, "127.1.0.1", "kube.example").contains(&victim.1)
+    })
+    .await;
+    let out_in = t2.elapsed();
+    assert!(left, "the dead pod's IP stays in the answers");
+    eprintln!("a dead pod's IP left the DNS answers in {out_in:?}");
+    assert!(out_in < Duration::from_secs(1), "{out_in:?}");
+    assert!(
+        eventually(30, || async {
+            let now = pods_of(&pods, &id).await;
+            now.iter().filter(|p| p.2).count() == 2 && !now.iter().any(|p| p.0 == victim.0)
+        })
+        .await,
+        "the pod whose cache died was not replaced: {:?}",
+        pods_of(&pods, &id).await
+    );
+
+    // A control plane restarted adopts its pods (no new pod) and deletes
+    // one of its own that no record owns; pods of other owners stay.
+    let before = pods_of(&pods, &id).await;
+    let owner = pods
+        .get(&before[0].0)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap()["vcdn.io/control-plane"]
+        .clone();
+    up.kill();
+    let stray: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "vcdn-i-stray", "labels": {
+            "app.kubernetes.io/managed-by": "vcdn", "vcdn.io/control-plane": owner,
+            "vcdn.io/instance": "i-stray"}, "annotations": {"vcdn.io/identity": "i-stray.0"}},
+        "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "vcdn.local/pause:1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &stray).await.unwrap();
+    let foreign: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "not-vcdns", "labels": {"vcdn.io/control-plane": "someone-else"}},
+        "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "vcdn.local/pause:1"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &foreign).await.unwrap();
+    up.relaunch();
+    let (_, s) = up
+        .call(OP, "GET", &format!("/v1/services/{id}"), None)
+        .await;
+    assert_eq!(s["state"], "active", "{s}");
+    assert_eq!(
+        pods_of(&pods, &id).await,
+        before,
+        "the pods were adopted, not re-created"
+    );
+    assert!(
+        eventually(15, || async {
+            pods.get_opt("vcdn-i-stray").await.unwrap().is_none()
+        })
+        .await,
+        "the stray pod was not deleted"
+    );
+    assert!(
+        pods.get_opt("not-vcdns").await.unwrap().is_some(),
+        "another owner's pod was touched"
+    );
+    pods.delete("not-vcdns", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let (_, ev) = up
+        .call(OP, "GET", &format!("/v1/services/{id}/events"), None)
+        .await;
+    assert!(
+        ev.to_string().contains("2 instances adopted, 0 re-created"),
+        "{ev}"
+    );
+
+    // More than the node holds: a 409 naming the region and the shortfall.
+    let big = serde_json::json!({"name": "toobig", "origin": format!("http://{origin}"),
+        "hostname": "toobig.example", "flavor": "elastic",
+        "regions": [{"region": "paris", "peak_users": 60}], "quality": {"min_mos": 4.0}});
+    let (st, p) = up
+        .call(&up.demo_key(), "POST", "/v1/services", Some(big))
+        .await;
+    assert_eq!(st, 409, "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("region paris lacks"),
+        "{p}"
+    );
+
     // Delete: every object vcdn made goes.
     let (st, _) = up
         .call(OP, "DELETE", &format!("/v1/services/{id}"), None)
@@ -367,4 +468,41 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         "pods or secrets are left: {:?}",
         pods_of(&pods, &id).await
     );
+
+    // A lease that ends removes the pods as well.
+    let short = serde_json::json!({"name": "short", "origin": format!("http://{origin}"),
+        "hostname": "short.example", "flavor": "elastic",
+        "regions": [{"region": "paris", "peak_users": 10}], "lease": {"duration_s": 3}});
+    let (st, s) = up
+        .call(&up.demo_key(), "POST", "/v1/services", Some(short))
+        .await;
+    assert_eq!(st, 201, "{s}");
+    let sid = s["id"].as_str().unwrap().to_string();
+    assert_eq!(pods_of(&pods, &sid).await.len(), 1);
+    let ended = eventually(30, || async {
+        let (_, s) = up
+            .call(OP, "GET", &format!("/v1/services/{sid}"), None)
+            .await;
+        s["state"] == "expired" && pods_of(&pods, &sid).await.is_empty()
+    })
+    .await;
+    assert!(
+        ended,
+        "the lease's end left pods: {:?}",
+        pods_of(&pods, &sid).await
+    );
+}
+
+/// The pid of the `vcdn cache` process in a pod (this host's kernel runs
+/// the node's containers): the one with the pod's instance identity.
+async fn cache_pid_in_pod(pods: &Api<Pod>, name: &str) -> u32 {
+    let p = pods.get(name).await.unwrap();
+    let identity = p.metadata.annotations.unwrap()["vcdn.io/identity"].clone();
+    support::up::live_processes()
+        .into_iter()
+        .find(|(_, args)| {
+            args.iter().any(|a| a == &identity) && args.get(1).map(String::as_str) == Some("cache")
+        })
+        .map(|(pid, _)| pid)
+        .unwrap_or_else(|| panic!("no cache process of pod {name} ({identity})"))
 }
