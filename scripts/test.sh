@@ -121,6 +121,33 @@ if [[ ! -x "$HOME/go/bin/h2spec" ]]; then
   GOBIN="$HOME/go/bin" GOFLAGS=-mod=mod "$GO" install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
 fi
 
+# The kubernetes VIM's tests run a real single-node Kubernetes: Debian's
+# etcd, containerd, runc and CNI plugins (their services kept from starting
+# by a policy-rc.d, as for prometheus), `strip` for the cache image, and
+# kube-apiserver, controller-manager, scheduler, kubelet and kwok built once
+# from the Go module proxy into ~/.cache/vcdn/kubernetes-VERSION
+# (scripts/kubernetes.sh; ~10 minutes cold on 2 cores, nothing later).
+kube_pkgs=()
+command -v etcd >/dev/null 2>&1 || kube_pkgs+=(etcd-server)
+command -v containerd >/dev/null 2>&1 || kube_pkgs+=(containerd)
+command -v runc >/dev/null 2>&1 || kube_pkgs+=(runc)
+[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] || kube_pkgs+=(containernetworking-plugins)
+command -v strip >/dev/null 2>&1 || kube_pkgs+=(binutils)
+if ((${#kube_pkgs[@]})); then
+  echo "== installing ${kube_pkgs[*]}"
+  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+  made_policy=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${kube_pkgs[@]}" \
+    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${kube_pkgs[@]}"; }
+  if ((made_policy)); then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+fi
+bash scripts/kubernetes.sh >/dev/null
+
 # Build prerequisites (rdkafka's librdkafka, the SRv6 BPF programs, libbpf).
 bash scripts/deps.sh
 # The telemetry datasink is tested on a real Apache Kafka (KRaft, from Maven

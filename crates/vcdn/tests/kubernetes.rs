@@ -506,3 +506,63 @@ async fn cache_pid_in_pod(pods: &Api<Pod>, name: &str) -> u32 {
         .map(|(pid, _)| pid)
         .unwrap_or_else(|| panic!("no cache process of pod {name} ({identity})"))
 }
+
+/// Order → active (the POST answers once every instance answers its
+/// `/healthz` and the router has it) for a region on Kubernetes, pod start
+/// included, and for a local region, interleaved in one run. Run by
+/// `bench/kubernetes.sh`; prints a Markdown table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: bench/kubernetes.sh"]
+async fn order_to_active_on_kubernetes_beside_local() {
+    const N: usize = 10;
+    let cluster = Cluster::start("kube-bench");
+    let tag = "vcdn.local/vcdn:bench";
+    import_image(&cluster, tag);
+    let origin = SocketAddr::from(([10, 244, 0, 1], free_port()));
+    let vim = format!(
+        "paris=kubernetes:{}?namespace=vcdn-bench&image={tag}",
+        cluster.kubeconfig().display()
+    );
+    let up = Up::start_with_origin("kube-bench-up", origin, &["--region-vim", &vim]);
+    let k = cluster.client().await;
+    let pods: Api<Pod> = Api::namespaced(k, "vcdn-bench");
+    let key = up.demo_key();
+    let mut took: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for n in 0..N {
+        for (d, region) in ["paris", "lyon"].iter().enumerate() {
+            let name = format!("b{d}x{n}");
+            let spec = serde_json::json!({"name": name, "origin": format!("http://{origin}"),
+                "hostname": format!("{name}.example"), "flavor": "elastic",
+                "regions": [{"region": region, "peak_users": 10}], "quality": {"min_mos": 4.0}});
+            let t = Instant::now();
+            let (st, s) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            assert_eq!(st, 201, "{s}");
+            assert_eq!(s["state"], "active", "{s}");
+            took[d].push(ms);
+            let id = s["id"].as_str().unwrap().to_string();
+            let (st, _) = up
+                .call(OP, "DELETE", &format!("/v1/services/{id}"), None)
+                .await;
+            assert!(st < 300);
+            // The node's CPU is free again before the next order.
+            assert!(eventually(30, || async { pods_of(&pods, &id).await.is_empty() }).await);
+        }
+    }
+    println!("| region's VIM | orders | min (ms) | median (ms) | max (ms) |");
+    println!("|---|---|---|---|---|");
+    for (d, what) in ["kubernetes (pod start included)", "local (process)"]
+        .iter()
+        .enumerate()
+    {
+        let v = &mut took[d];
+        v.sort_by(f64::total_cmp);
+        println!(
+            "| {what} | {} | {:.0} | {:.0} | {:.0} |",
+            v.len(),
+            v[0],
+            v[v.len() / 2],
+            v[v.len() - 1]
+        );
+    }
+}
