@@ -110,9 +110,26 @@ control_plane() {
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
     TOKEN=$(openssl rand -hex 24)
-    printf '%s,admin,admin,system:masters\n' "$TOKEN" > tokens.csv
+    # admin (system:masters), and vcdn, with no right until a binding
+    # gives it some (deploy/kubernetes/rbac.json).
+    printf '%s,admin,admin,system:masters\n%s,vcdn,vcdn\n' "$TOKEN" "$(openssl rand -hex 24)" > tokens.csv
   fi
-  TOKEN=$(cut -d, -f1 tokens.csv)
+  TOKEN=$(sed -n 1p tokens.csv | cut -d, -f1)
+  local vcdn_token; vcdn_token=$(sed -n 2p tokens.csv | cut -d, -f1)
+  cat > "$DIR/kubeconfig-vcdn" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: vcdn-test
+  cluster: {server: "https://127.0.0.1:$PORT", certificate-authority: "$DIR/pki/ca.crt"}
+users:
+- name: vcdn
+  user: {token: "$vcdn_token"}
+contexts:
+- name: vcdn-test
+  context: {cluster: vcdn-test, user: vcdn}
+current-context: vcdn-test
+EOF
   cat > "$DIR/kubeconfig" <<EOF
 apiVersion: v1
 kind: Config

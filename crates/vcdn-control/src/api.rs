@@ -1158,6 +1158,7 @@ async fn metrics(c: &Control, guard: &Guard) -> String {
             cert.not_after
         ));
     }
+    crate::vim::render_samples(&c.vim.samples(), &mut out);
     if let Some(t) = &c.cfg.telemetry {
         t.render(&mut out);
     }

@@ -711,7 +711,23 @@ impl Control {
             },
             &mut || format!("i-{}", random_hex(5)),
             now,
-        )?;
+        )
+        .map_err(|e| match e {
+            // A cluster that does not answer has no hosts: say so.
+            PlanError::NoCapacity(m) => {
+                let why: Vec<String> = spec
+                    .regions
+                    .iter()
+                    .filter_map(|d| self.vim.trouble(&d.region))
+                    .collect();
+                if why.is_empty() {
+                    PlanError::NoCapacity(m)
+                } else {
+                    PlanError::NoCapacity(format!("{m}; {}", why.join("; ")))
+                }
+            }
+            e => e,
+        })?;
         for i in graph.instances_mut() {
             i.nonce = random_hex(8);
             i.admin_https = self.cfg.internal_ca.is_some();

@@ -138,6 +138,9 @@ pub struct KubeVim {
     pods: reflector::Store<Pod>,
     nodes: reflector::Store<Node>,
     unseen: Mutex<HashMap<String, Unseen>>,
+    /// The last failure of a watch, until a watch event succeeds again.
+    failing: Arc<Mutex<Option<String>>>,
+    api_errors: std::sync::atomic::AtomicU64,
     /// The driver's own runtime (watches and calls), shut down on drop.
     rt: Option<tokio::runtime::Runtime>,
 }
@@ -184,20 +187,16 @@ impl KubeVim {
         let pods_api: Api<Pod> = Api::all(client.clone());
         let nodes_api: Api<Node> = Api::all(client.clone());
         let node_labels = selector(&cfg.node_selector);
-        let r1 = region.clone();
+        let failing: Arc<Mutex<Option<String>>> = Arc::default();
+        let on_pods = note::<Pod>(&region, &failing, "pods");
         rt.spawn(async move {
             watcher(pods_api, watcher::Config::default())
                 .default_backoff()
                 .reflect(pods_w)
-                .for_each(|e| {
-                    if let Err(e) = e {
-                        tracing::warn!(region = %r1, error = %e, "kubernetes: watching pods failed; retrying");
-                    }
-                    std::future::ready(())
-                })
+                .for_each(on_pods)
                 .await
         });
-        let r2 = region.clone();
+        let on_nodes = note::<Node>(&region, &failing, "nodes");
         rt.spawn(async move {
             let mut c = watcher::Config::default();
             if !node_labels.is_empty() {
@@ -206,12 +205,7 @@ impl KubeVim {
             watcher(nodes_api, c)
                 .default_backoff()
                 .reflect(nodes_w)
-                .for_each(|e| {
-                    if let Err(e) = e {
-                        tracing::warn!(region = %r2, error = %e, "kubernetes: watching nodes failed; retrying");
-                    }
-                    std::future::ready(())
-                })
+                .for_each(on_nodes)
                 .await
         });
         // The namespace is made if missing (an operator who gives vcdn a
@@ -220,8 +214,13 @@ impl KubeVim {
         let (c, ns) = (client.clone(), cfg.namespace.clone());
         let made = run(&rt, Duration::from_secs(10), async move {
             let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c);
-            if api.get_opt(&ns).await.ok().flatten().is_some() {
-                return Ok(false);
+            match api.get_opt(&ns).await {
+                Ok(Some(_)) => return Ok(false),
+                Ok(None) => {}
+                // Least privilege (deploy/kubernetes/rbac.json): the
+                // operator made it.
+                Err(kube::Error::Api(s)) if s.code == 403 => return Ok(false),
+                Err(e) => return Err(api_error(e)),
             }
             let obj = serde_json::from_value(
                 json!({"metadata": {"name": ns, "labels": {MANAGED_BY: "vcdn"}}}),
@@ -243,7 +242,7 @@ impl KubeVim {
             }
         }
         let (p, n) = (pods.clone(), nodes.clone());
-        let ready = run(&rt, Duration::from_secs(10), async move {
+        let ready = run(&rt, Duration::from_secs(5), async move {
             let _ = p.wait_until_ready().await;
             let _ = n.wait_until_ready().await;
         });
@@ -254,6 +253,8 @@ impl KubeVim {
             pods,
             nodes,
             unseen: Mutex::new(HashMap::new()),
+            failing,
+            api_errors: Default::default(),
             rt: Some(rt),
         };
         match ready {
@@ -266,7 +267,7 @@ impl KubeVim {
             ),
             Err(_) => tracing::warn!(
                 region = %vim.cfg.region,
-                "kubernetes: the cluster did not answer within 10 s; the region has no hosts until it does"
+                "kubernetes: the cluster did not answer within 5 s; the region has no hosts until it does"
             ),
         }
         Ok(vim)
@@ -284,7 +285,12 @@ impl KubeVim {
             .rt
             .as_ref()
             .expect("runtime lives as long as the driver");
-        run(rt, Duration::from_secs(30), f).and_then(|r| r)
+        let r = run(rt, Duration::from_secs(30), f).and_then(|r| r);
+        if r.is_err() {
+            self.api_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
     }
 
     fn ours(&self, p: &Pod) -> bool {
@@ -436,6 +442,27 @@ impl Drop for KubeVim {
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
+    }
+}
+
+/// What a watch's events do besides filling its store: a failure is
+/// logged and kept (for [`Vim::trouble`] and the metrics) until an event
+/// arrives again.
+fn note<K>(
+    region: &str,
+    failing: &Arc<Mutex<Option<String>>>,
+    what: &'static str,
+) -> impl FnMut(Result<watcher::Event<K>, watcher::Error>) -> std::future::Ready<()> {
+    let (region, failing) = (region.to_string(), failing.clone());
+    move |e| {
+        match e {
+            Err(e) => {
+                tracing::warn!(%region, error = %e, "kubernetes: watching {what} failed; retrying");
+                *failing.lock() = Some(format!("watching its {what} fails: {e}"));
+            }
+            Ok(_) => *failing.lock() = None,
+        }
+        std::future::ready(())
     }
 }
 
@@ -668,6 +695,82 @@ impl Vim for KubeVim {
                 })
             })
             .collect()
+    }
+
+    fn samples(&self) -> Vec<crate::vim::Sample> {
+        use crate::vim::Sample;
+        let region = format!(
+            "region=\"{}\"",
+            self.cfg.region.replace(['"', '\\', '\n'], "_")
+        );
+        let mut phases: BTreeMap<String, usize> = BTreeMap::new();
+        for p in self.pods.state().iter().filter(|p| self.ours(p)) {
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_else(|| "Unknown".into());
+            *phases.entry(phase).or_default() += 1;
+        }
+        let mut out = vec![
+            Sample {
+                name: "vcdn_kubernetes_cluster_up",
+                help: "Whether the region's cluster answers its watches (1) or not (0).",
+                kind: "gauge",
+                labels: region.clone(),
+                value: if self.failing.lock().is_none() {
+                    1.0
+                } else {
+                    0.0
+                },
+            },
+            Sample {
+                name: "vcdn_kubernetes_nodes",
+                help: "The region's Ready, schedulable nodes (its hosts).",
+                kind: "gauge",
+                labels: region.clone(),
+                value: self.nodes.state().iter().filter(|n| usable(n)).count() as f64,
+            },
+            Sample {
+                name: "vcdn_kubernetes_api_errors_total",
+                help:
+                    "Pod and Secret calls (creates, deletes) the cluster refused or did not answer.",
+                kind: "counter",
+                labels: region.clone(),
+                value: self.api_errors.load(std::sync::atomic::Ordering::Relaxed) as f64,
+            },
+        ];
+        for (phase, n) in phases {
+            out.push(Sample {
+                name: "vcdn_kubernetes_pods",
+                help: "This control plane's pods in the region, by phase.",
+                kind: "gauge",
+                labels: format!("{region},phase=\"{phase}\""),
+                value: n as f64,
+            });
+        }
+        out
+    }
+
+    fn trouble(&self, _region: &str) -> Option<String> {
+        let failing = self.failing.lock().clone();
+        let nodes = self.nodes.state().len();
+        match failing {
+            Some(e) => Some(format!(
+                "the Kubernetes cluster of region {} does not answer ({e})",
+                self.cfg.region
+            )),
+            None if nodes == 0 => Some(format!(
+                "the Kubernetes cluster of region {} has no node{} yet",
+                self.cfg.region,
+                if self.cfg.node_selector.is_empty() {
+                    String::new()
+                } else {
+                    format!(" labelled {}", selector(&self.cfg.node_selector))
+                }
+            )),
+            None => None,
+        }
     }
 
     fn start_limit(&self, _region: &str) -> Duration {

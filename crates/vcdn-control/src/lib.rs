@@ -163,15 +163,6 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
         .iter()
         .filter_map(|m| m.pid)
         .collect();
-    let mut kube: Vec<(String, Arc<dyn vim::Vim>)> = Vec::new();
-    for r in &o.region_vims {
-        let (r, owner) = (r.clone(), vim::owner_label(&o.data_dir));
-        let v = tokio::task::spawn_blocking(move || kubernetes::KubeVim::connect(r, &owner))
-            .await
-            .map_err(|e| e.to_string())??;
-        kube.push((v.region().to_string(), Arc::new(v)));
-    }
-    let vim = vim::Vims::new(Arc::new(vim), kube);
     let store = store::Store::open(
         &o.data_dir,
         &store::OpenOptions {
@@ -202,6 +193,15 @@ pub async fn up(o: UpOptions) -> Result<Up, String> {
             known.join(", ")
         ));
     }
+    let mut kube: Vec<(String, Arc<dyn vim::Vim>)> = Vec::new();
+    for r in &o.region_vims {
+        let (r, owner) = (r.clone(), vim::owner_label(&o.data_dir));
+        let v = tokio::task::spawn_blocking(move || kubernetes::KubeVim::connect(r, &owner))
+            .await
+            .map_err(|e| e.to_string())??;
+        kube.push((v.region().to_string(), Arc::new(v)));
+    }
+    let vim = vim::Vims::new(Arc::new(vim), kube);
     let mut rcfg = vcdn_router::RouterConfig::default();
     for r in &regions {
         rcfg.regions.push(RegionInfo {

@@ -331,6 +331,48 @@ pub trait Vim: Send + Sync {
     fn start_limit(&self, _region: &str) -> std::time::Duration {
         std::time::Duration::from_secs(5)
     }
+    /// Why the region's infrastructure cannot be used right now (its
+    /// cluster does not answer), for the answers that would otherwise only
+    /// say its hosts are full.
+    fn trouble(&self, _region: &str) -> Option<String> {
+        None
+    }
+    /// Prometheus samples of the driver's own state (a cluster's).
+    fn samples(&self) -> Vec<Sample> {
+        Vec::new()
+    }
+}
+
+/// One Prometheus sample of a driver: `name{labels} value`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: &'static str,
+    pub help: &'static str,
+    /// `gauge` or `counter`.
+    pub kind: &'static str,
+    /// `k="v",…` (escaped by the driver).
+    pub labels: String,
+    pub value: f64,
+}
+
+/// Renders samples in the exposition format, one HELP and TYPE per family.
+pub fn render_samples(samples: &[Sample], out: &mut String) {
+    let mut families: Vec<&'static str> = Vec::new();
+    for s in samples {
+        if !families.contains(&s.name) {
+            families.push(s.name);
+        }
+    }
+    for f in families {
+        let mut first = true;
+        for s in samples.iter().filter(|s| s.name == f) {
+            if first {
+                out.push_str(&format!("# HELP {f} {}\n# TYPE {f} {}\n", s.help, s.kind));
+                first = false;
+            }
+            out.push_str(&format!("{f}{{{}}} {}\n", s.labels, s.value));
+        }
+    }
 }
 
 /// The local driver for every region but those given to another VIM (a
@@ -379,10 +421,8 @@ impl Vim for Vims {
         }
     }
     fn alive(&self, id: &str, pid: Option<u32>, identity: &str) -> bool {
-        match pid {
-            Some(_) => self.local.alive(id, pid, identity),
-            None => self.others().any(|v| v.alive(id, None, identity)),
-        }
+        self.local.alive(id, pid, identity)
+            || (pid.is_none() && self.others().any(|v| v.alive(id, None, identity)))
     }
     fn marked(&self) -> Vec<Marked> {
         let mut m = self.local.marked();
@@ -402,6 +442,12 @@ impl Vim for Vims {
     }
     fn start_limit(&self, region: &str) -> std::time::Duration {
         self.of(region).start_limit(region)
+    }
+    fn trouble(&self, region: &str) -> Option<String> {
+        self.of(region).trouble(region)
+    }
+    fn samples(&self) -> Vec<Sample> {
+        self.others().flat_map(|v| v.samples()).collect()
     }
 }
 

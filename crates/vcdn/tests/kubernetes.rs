@@ -135,6 +135,45 @@ fn import_image(c: &Cluster, tag: &str) {
     c.run(&["import", tar.to_str().unwrap()]);
 }
 
+/// What `deploy/kubernetes/rbac.json` gives the service account `vcdn`,
+/// given to the cluster's user `vcdn` as well: the control plane runs
+/// with exactly the rights the manifest grants.
+async fn apply_rbac(k: &kube::Client) {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/rbac.json");
+    let list: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let pp = PostParams::default();
+    for mut item in list["items"].as_array().unwrap().iter().cloned() {
+        if let Some(subjects) = item["subjects"].as_array_mut() {
+            subjects.push(serde_json::json!({"kind": "User", "name": "vcdn", "apiGroup": "rbac.authorization.k8s.io"}));
+        }
+        let ns = item["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let kind = item["kind"].as_str().unwrap().to_string();
+        macro_rules! create {
+            ($t:ty, $api:expr) => {{
+                let api: Api<$t> = $api;
+                api.create(&pp, &serde_json::from_value(item).unwrap())
+                    .await
+                    .map(|_| ())
+            }};
+        }
+        let r = match kind.as_str() {
+            "Namespace" => create!(Namespace, Api::all(k.clone())),
+            "ServiceAccount" => create!(ServiceAccount, Api::namespaced(k.clone(), &ns)),
+            "ClusterRole" => create!(ClusterRole, Api::all(k.clone())),
+            "ClusterRoleBinding" => create!(ClusterRoleBinding, Api::all(k.clone())),
+            "Role" => create!(Role, Api::namespaced(k.clone(), &ns)),
+            "RoleBinding" => create!(RoleBinding, Api::namespaced(k.clone(), &ns)),
+            other => panic!("rbac.json: unexpected kind {other}"),
+        };
+        r.unwrap_or_else(|e| panic!("rbac.json: {kind}: {e}"));
+    }
+}
+
 /// `dig +short` from a source address: the A records.
 fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
     let out = Command::new("dig")
@@ -207,18 +246,21 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     let origin = SocketAddr::from(([10, 244, 0, 1], free_port()));
     let model_dir = tempdir("kube-model");
     let model = support::small_capacity_model(&model_dir);
+    // The control plane has only the rights deploy/kubernetes/rbac.json
+    // grants.
+    let k = cluster.client().await;
+    apply_rbac(&k).await;
     let vim = format!(
-        "paris=kubernetes:{}?namespace=vcdn-test&image={tag}",
-        cluster.kubeconfig().display()
+        "paris=kubernetes:{}?namespace=vcdn&image={tag}",
+        cluster.dir.join("kubeconfig-vcdn").display()
     );
     let mut up = Up::start_with_origin(
         "kube-up",
         origin,
         &["--region-vim", &vim, "--capacity-model", &model],
     );
-    let k = cluster.client().await;
-    let pods: Api<Pod> = Api::namespaced(k.clone(), "vcdn-test");
-    let secrets: Api<Secret> = Api::namespaced(k.clone(), "vcdn-test");
+    let pods: Api<Pod> = Api::namespaced(k.clone(), "vcdn");
+    let secrets: Api<Secret> = Api::namespaced(k.clone(), "vcdn");
     let dns = SocketAddr::from(([127, 0, 0, 1], up.ports[0]));
 
     // The region's hosts are the cluster's nodes, with their allocatable
@@ -273,6 +315,17 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         "requests and limits from the flavor"
     );
     assert!(c.readiness_probe.is_some());
+
+    // The control plane's /metrics shows the cluster.
+    let m = up.api_client().get("/metrics").await;
+    let m = String::from_utf8_lossy(&m.body).into_owned();
+    for line in [
+        "vcdn_kubernetes_cluster_up{region=\"paris\"} 1",
+        "vcdn_kubernetes_nodes{region=\"paris\"} 1",
+        "vcdn_kubernetes_pods{region=\"paris\",phase=\"Running\"} 1",
+    ] {
+        assert!(m.contains(line), "no {line} in /metrics:\n{m}");
+    }
 
     // DNS from Paris's client range answers with the pod's IP; a GET
     // through it is a MISS, then a HIT.
@@ -349,13 +402,16 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         .await,
         "the router answers with the new pod too"
     );
-    drop(conns);
 
     // A cache that dies in its pod leaves the DNS answers within a second
     // (the router polls its /healthz like a local cache's), and is
     // replaced.
+    // (The new one: the viewers' connections stay on the first.)
     let two = pods_of(&pods, &id).await;
-    let victim = &two[0];
+    let victim = two
+        .iter()
+        .find(|p| p.1 != cache.ip().to_string())
+        .expect("a second pod");
     let pid = cache_pid_in_pod(&pods, &victim.0).await;
     let t2 = Instant::now();
     // SAFETY: signalling the pod's cache process.
@@ -435,6 +491,15 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         ev.to_string().contains("2 instances adopted, 0 re-created"),
         "{ev}"
     );
+
+    // The viewers leave: scale-in drains a pod and deletes it.
+    drop(conns);
+    let shrunk = eventually(60, || async { pods_of(&pods, &id).await.len() == 1 }).await;
+    assert!(shrunk, "no scale-in: {:?}", pods_of(&pods, &id).await);
+    let (_, ev) = up
+        .call(OP, "GET", &format!("/v1/services/{id}/events"), None)
+        .await;
+    assert!(ev.to_string().contains("scaled_in"), "{ev}");
 
     // More than the node holds: a 409 naming the region and the shortfall.
     let big = serde_json::json!({"name": "toobig", "origin": format!("http://{origin}"),
@@ -565,4 +630,77 @@ async fn order_to_active_on_kubernetes_beside_local() {
             v[v.len() - 1]
         );
     }
+}
+
+/// A region's cluster that does not answer does not stop the platform:
+/// `vcdn up` starts, the local regions serve, and an order for that region
+/// gets a 409 that says its cluster does not answer. A region VIM that
+/// cannot be read, or names no region, is refused at start, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_cluster_is_said_and_a_bad_region_vim_refused() {
+    let dir = tempdir("kube-gone");
+    let closed = free_port();
+    let kubeconfig = dir.join("gone.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: gone, cluster: {{server: \"https://127.0.0.1:{closed}\", insecure-skip-tls-verify: true}}}}]\nusers: [{{name: u, user: {{token: x}}}}]\ncontexts: [{{name: c, context: {{cluster: gone, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    let vim = format!("paris=kubernetes:{}", kubeconfig.display());
+    let up = Up::start("kube-gone-up", &["--region-vim", &vim]);
+    let order = |name: &str, region: &str| {
+        serde_json::json!({"name": name, "origin": format!("http://{}", up.origin),
+            "hostname": format!("{name}.example"), "flavor": "elastic",
+            "regions": [{"region": region, "peak_users": 10}], "quality": {"min_mos": 4.0}})
+    };
+    let (st, p) = up
+        .call(
+            &up.demo_key(),
+            "POST",
+            "/v1/services",
+            Some(order("p", "paris")),
+        )
+        .await;
+    assert_eq!(st, 409, "{p}");
+    let detail = p["detail"].as_str().unwrap_or("");
+    assert!(
+        detail.contains("Kubernetes cluster of region paris does not answer"),
+        "{p}"
+    );
+    let (st, s) = up
+        .call(
+            &up.demo_key(),
+            "POST",
+            "/v1/services",
+            Some(order("l", "lyon")),
+        )
+        .await;
+    assert_eq!(st, 201, "a local region serves: {s}");
+
+    let data = tempdir("kube-bad");
+    let d = data.to_str().unwrap();
+    let err = support::refused_to_start(&[
+        "up",
+        "--data-dir",
+        d,
+        "--region-vim",
+        "paris=kubernetes:/nonexistent/kubeconfig",
+    ]);
+    assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
+    let err = support::refused_to_start(&[
+        "up",
+        "--data-dir",
+        d,
+        "--region-vim",
+        &format!("atlantis=kubernetes:{}", kubeconfig.display()),
+    ]);
+    assert!(
+        err.contains("no such region") && err.contains("paris"),
+        "{err}"
+    );
+    let err =
+        support::refused_to_start(&["up", "--data-dir", d, "--region-vim", "paris=openstack:x"]);
+    assert!(err.contains("unknown VIM"), "{err}");
 }
