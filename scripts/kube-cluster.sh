@@ -33,7 +33,11 @@ NODE=vcdn-node
 # resourceVersion "" or "0" with bookmarks into one and fails it (HTTP 500
 # "a watch stream was requested by the client but the required storage
 # feature RequestWatchProgress is disabled"): clients whose caches rely on
-# such watches (kwok's client-go) go stale. Legacy watches instead.
+# such watches (kwok's client-go) go stale. Legacy watches instead. For the
+# same reason etcd sends watch progress notifications every 100 ms: the
+# apiserver serves consistent lists from its watch cache once the cache has
+# caught up with etcd's revision, and without them a list right after a
+# write waited up to ~20 s for an unrelated event of its resource.
 APISERVER_FLAGS=(--feature-gates WatchList=false) KCM_FLAGS=() SCHED_FLAGS=()
 log() { echo "[kube-cluster $(date +%H:%M:%S)] $*" >&2; }
 
@@ -151,7 +155,8 @@ EOF
   setsid etcd --data-dir "$DIR/etcd" --name vcdn-test \
     --listen-client-urls "http://127.0.0.1:$ETCD" --advertise-client-urls "http://127.0.0.1:$ETCD" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER" \
-    --initial-cluster "vcdn-test=http://127.0.0.1:$ETCD_PEER" > "$DIR/log/etcd.log" 2>&1 &
+    --initial-cluster "vcdn-test=http://127.0.0.1:$ETCD_PEER" \
+    --experimental-watch-progress-notify-interval 100ms > "$DIR/log/etcd.log" 2>&1 &
   echo $! > "$DIR/etcd.pid"
 
   log "kube-apiserver on https://127.0.0.1:$PORT"

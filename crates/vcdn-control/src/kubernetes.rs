@@ -42,8 +42,12 @@ pub const IDENTITY: &str = "vcdn.io/identity";
 /// Where a pod finds the files of its Secret.
 const FILES: &str = "/run/vcdn";
 
-/// How long a pod just created counts as running before the watch has
-/// seen it (the watch is normally milliseconds behind).
+/// How long `start` waits for the watch to show the pod it created (it is
+/// normally milliseconds behind).
+const SEEN_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a pod the watch did not show within [`SEEN_WAIT`] counts as
+/// running before it does.
 const UNSEEN_GRACE: Duration = Duration::from_secs(20);
 
 /// A region given to Kubernetes (`vcdn up --region-vim
@@ -558,13 +562,30 @@ impl Vim for KubeVim {
             Ok(())
         })
         .map_err(fail)?;
-        self.unseen.lock().insert(
-            spec.id.clone(),
-            Unseen {
-                pod: name.clone(),
-                at: Instant::now(),
-            },
-        );
+        // The watch shows the pod a few milliseconds after its creation:
+        // wait for that, so that "not in the watch" means "gone" from now on.
+        // Only a watch that lags longer leaves the pod to `unseen`.
+        let t = Instant::now();
+        while t.elapsed() < SEEN_WAIT {
+            if self
+                .pods
+                .state()
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if t.elapsed() >= SEEN_WAIT {
+            self.unseen.lock().insert(
+                spec.id.clone(),
+                Unseen {
+                    pod: name.clone(),
+                    at: Instant::now(),
+                },
+            );
+        }
         tracing::info!(region = %self.cfg.region, instance = %spec.id, pod = %name, node = %spec.host, "pod created");
         Ok(Started {
             pid: None,
@@ -573,13 +594,16 @@ impl Vim for KubeVim {
     }
 
     fn stop(&self, id: &str, _pid: Option<u32>) {
-        self.unseen.lock().remove(id);
-        if self.pods_of(id).is_empty()
+        // Nothing to delete only if the watch is sure: no pod of it seen,
+        // none just created, and the watch working.
+        let just_made = self.unseen.lock().remove(id).is_some();
+        if !just_made
+            && self.failing.lock().is_none()
             && !self
                 .pods
                 .state()
                 .iter()
-                .any(|p| label(p, INSTANCE) == Some(id))
+                .any(|p| self.ours(p) && label(p, INSTANCE) == Some(id))
         {
             return;
         }
@@ -608,6 +632,12 @@ impl Vim for KubeVim {
     }
 
     fn alive(&self, id: &str, _pid: Option<u32>, identity: &str) -> bool {
+        if self.failing.lock().is_some() {
+            // The watch does not know: nothing is replaced on stale
+            // knowledge (the router's health checks still decide whom
+            // users reach).
+            return true;
+        }
         let pods = self.pods_of(id);
         let mut unseen = self.unseen.lock();
         if let Some(u) = unseen.get(id) {
@@ -662,6 +692,10 @@ impl Vim for KubeVim {
     }
 
     fn hosts(&self) -> Vec<Host> {
+        if self.failing.lock().is_some() {
+            // Nothing is placed on stale knowledge.
+            return Vec::new();
+        }
         // What other workloads request of each node (vcdn's own pods are
         // counted by the planner from its records).
         let mut held: HashMap<String, (u64, u64)> = HashMap::new();

@@ -1265,6 +1265,13 @@ impl Control {
                             i.admin = a.admin.clone();
                             continue;
                         }
+                        if !found.contains_key(&i.identity())
+                            && self.vim.alive(&i.id, i.pid, &i.identity())
+                        {
+                            // Its VIM cannot tell now (a cluster that does
+                            // not answer): left as recorded until it can.
+                            continue;
+                        }
                         // Whatever runs under its identity does not answer:
                         // stop it, then start it again.
                         match found.get(&i.identity()) {

@@ -288,9 +288,18 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         .await;
     let paris = instances(&s, "paris");
     assert_eq!(paris.len(), 1, "{s}");
+    // vcdn answers once the cache answers it; the kubelet's readiness
+    // probe (every second) follows.
+    assert!(
+        eventually(5, || async {
+            pods_of(&pods, &id).await.iter().all(|p| p.2)
+        })
+        .await,
+        "the pod is not ready for the kubelet: {:?}",
+        pods_of(&pods, &id).await
+    );
     let p = pods_of(&pods, &id).await;
     assert_eq!(p.len(), 1, "one pod per instance: {p:?}");
-    assert!(p[0].2, "the pod is ready: {p:?}");
     let ip: IpAddr = p[0].1.parse().unwrap();
     assert!(p[0].1.starts_with("10.244.0."), "a pod IP: {p:?}");
     assert_eq!(
@@ -437,6 +446,13 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     // A control plane restarted adopts its pods (no new pod) and deletes
     // one of its own that no record owns; pods of other owners stay.
     let before = pods_of(&pods, &id).await;
+    // (Each pod caches the object now: the demo origin goes with this
+    // vcdn up, and a pod serves it later without the cluster's API.)
+    for p in &before {
+        let at = SocketAddr::new(p.1.parse().unwrap(), up.instance_port);
+        let r = support::get_with(at, "/size/4096", &[("Host", "kube.example")]).await;
+        assert_eq!(r.status(), 200);
+    }
     let owner = pods
         .get(&before[0].0)
         .await
@@ -517,6 +533,62 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         "{p}"
     );
 
+    // The cluster's API goes away: /metrics and an order for the region
+    // say so, the pods keep serving, and nothing is replaced on stale
+    // knowledge; once the API is back, the watches resume.
+    let kept = pods_of(&pods, &id).await;
+    let cache = SocketAddr::new(kept[0].1.parse().unwrap(), up.instance_port);
+    let restart_apiserver = stop_apiserver(&cluster);
+    let metric = |v: u8| format!("vcdn_kubernetes_cluster_up{{region=\"paris\"}} {v}");
+    let metrics = || async {
+        let m = up.api_client().get("/metrics").await;
+        String::from_utf8_lossy(&m.body).into_owned()
+    };
+    assert!(
+        eventually(20, || async { metrics().await.contains(&metric(0)) }).await,
+        "/metrics does not say the cluster is down"
+    );
+    let (st, p) = up
+        .call(
+            &up.demo_key(),
+            "POST",
+            "/v1/services",
+            Some(serde_json::json!({"name": "during",
+            "origin": format!("http://{origin}"), "hostname": "during.example", "flavor": "elastic",
+            "regions": [{"region": "paris", "peak_users": 10}]})),
+        )
+        .await;
+    assert_eq!(st, 409, "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("does not answer"),
+        "{p}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let r = support::get_with(cache, "/size/4096", &[("Host", "kube.example")]).await;
+    assert_eq!(
+        r.status(),
+        200,
+        "the pods serve without the cluster's API: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let (_, s) = up
+        .call(OP, "GET", &format!("/v1/services/{id}"), None)
+        .await;
+    assert_eq!(s["state"], "active", "{s}");
+    restart_apiserver();
+    assert!(
+        eventually(45, || async { metrics().await.contains(&metric(1)) }).await,
+        "the watches did not resume"
+    );
+    assert_eq!(
+        pods_of(&pods, &id).await,
+        kept,
+        "no pod was replaced during the outage"
+    );
+
     // Delete: every object vcdn made goes.
     let (st, _) = up
         .call(OP, "DELETE", &format!("/v1/services/{id}"), None)
@@ -556,6 +628,38 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         "the lease's end left pods: {:?}",
         pods_of(&pods, &sid).await
     );
+}
+
+/// Kills the cluster's apiserver; the closure starts it again as it was.
+fn stop_apiserver(c: &Cluster) -> impl FnOnce() + '_ {
+    let pidfile = c.dir.join("apiserver.pid");
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cmdline: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap()
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    // SAFETY: signalling the apiserver this test's cluster started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    move || {
+        let log = std::fs::File::create(c.dir.join("log/apiserver-again.log")).unwrap();
+        let child = Command::new("setsid")
+            .args(&cmdline)
+            .current_dir(&*c.dir)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        std::fs::write(&pidfile, child.id().to_string()).unwrap();
+        // Reaped when kube-cluster.sh stop kills it.
+        let mut child = child;
+        std::thread::spawn(move || child.wait());
+    }
 }
 
 /// The pid of the `vcdn cache` process in a pod (this host's kernel runs
