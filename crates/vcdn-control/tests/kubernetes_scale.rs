@@ -20,7 +20,7 @@ use vcdn_control::types::Region;
 use vcdn_control::vim::{InstanceSpec, Vim};
 
 const NODES: usize = 300;
-const INSTANCES: u32 = 400;
+const INSTANCES: u32 = 200;
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kube-cluster.sh")
@@ -163,7 +163,7 @@ fn hundreds_of_nodes_placement_restart_and_cleanup() {
         .filter(|h| h.name != "kwok-node-0")
         .all(|h| h.vcpus == 4 && h.memory_mib == 8192));
 
-    // The planner places 400 two-vCPU instances over the nodes; each pod
+    // The planner places 200 two-vCPU instances over the nodes; each pod
     // lands on its planned node.
     let region = Region {
         name: "paris".into(),
@@ -197,7 +197,7 @@ fn hundreds_of_nodes_placement_restart_and_cleanup() {
         },
         0,
     )
-    .expect("room for 400 instances");
+    .expect("room for 200 instances");
     assert!(placed
         .iter()
         .all(|i| i.host != "kwok-node-0" || i.vcpus <= 1));
