@@ -728,6 +728,15 @@ impl Control {
             }
             e => e,
         })?;
+        let theirs = self.vim.regions();
+        if let Some(d) = spec.regions.iter().find(|d| theirs.contains(&d.region)) {
+            if graph.accel.is_some() || graph.srv6.is_some() {
+                return Err(ControlError::Invalid(format!(
+                    "region {} runs on Kubernetes, which runs caches only: acceleration and routing \"srv6\" need local regions",
+                    d.region
+                )));
+            }
+        }
         for i in graph.instances_mut() {
             i.nonce = random_hex(8);
             i.admin_https = self.cfg.internal_ca.is_some();

@@ -4,7 +4,8 @@
 //! nodes' allocatable capacity) and replaces itself when it is gone; see
 //! `docs/ARCHITECTURE.md` for why pods and not a Deployment.
 //!
-//! The driver keeps two watches (pods, nodes) in memory, so the
+//! The driver keeps three watches (its own pods, every pod, nodes) in
+//! memory, so the
 //! supervisor's questions (does it run, what IP has it, what is free) are
 //! answered without an API call; only starts and stops call the API. It
 //! runs its own small runtime, so the [`Vim`] trait stays synchronous for
@@ -139,7 +140,12 @@ pub struct KubeVim {
     cfg: KubeRegion,
     owner: String,
     client: kube::Client,
+    /// This control plane's pods (by its owner label): what `alive`,
+    /// `address` and `marked` read, every supervisor tick.
     pods: reflector::Store<Pod>,
+    /// Every pod of the cluster, for what other workloads request of the
+    /// nodes (read when placing).
+    all_pods: reflector::Store<Pod>,
     nodes: reflector::Store<Node>,
     unseen: Mutex<HashMap<String, Unseen>>,
     /// The last failure of a watch, until a watch event succeeds again.
@@ -186,18 +192,29 @@ impl KubeVim {
         .and_then(|r| r)
         .map_err(|e| format!("region {}: kubernetes: {e}", cfg.region))?;
         let (pods, pods_w) = reflector::store();
+        let (all_pods, all_w) = reflector::store();
         let (nodes, nodes_w) = reflector::store();
         let region = cfg.region.clone();
         let pods_api: Api<Pod> = Api::all(client.clone());
+        let all_api: Api<Pod> = Api::all(client.clone());
+        let mine = format!("{OWNER}={owner}");
         let nodes_api: Api<Node> = Api::all(client.clone());
         let node_labels = selector(&cfg.node_selector);
         let failing: Arc<Mutex<Option<String>>> = Arc::default();
         let on_pods = note::<Pod>(&region, &failing, "pods");
         rt.spawn(async move {
-            watcher(pods_api, watcher::Config::default())
+            watcher(pods_api, watcher::Config::default().labels(&mine))
                 .default_backoff()
                 .reflect(pods_w)
                 .for_each(on_pods)
+                .await
+        });
+        let on_all = note::<Pod>(&region, &failing, "pods");
+        rt.spawn(async move {
+            watcher(all_api, watcher::Config::default())
+                .default_backoff()
+                .reflect(all_w)
+                .for_each(on_all)
                 .await
         });
         let on_nodes = note::<Node>(&region, &failing, "nodes");
@@ -245,9 +262,10 @@ impl KubeVim {
                 tracing::warn!(region = %cfg.region, namespace = %cfg.namespace, error = %e, "kubernetes: cannot check or create the namespace")
             }
         }
-        let (p, n) = (pods.clone(), nodes.clone());
+        let (p, a, n) = (pods.clone(), all_pods.clone(), nodes.clone());
         let ready = run(&rt, Duration::from_secs(5), async move {
             let _ = p.wait_until_ready().await;
+            let _ = a.wait_until_ready().await;
             let _ = n.wait_until_ready().await;
         });
         let vim = KubeVim {
@@ -255,6 +273,7 @@ impl KubeVim {
             owner: owner.to_string(),
             client,
             pods,
+            all_pods,
             nodes,
             unseen: Mutex::new(HashMap::new()),
             failing,
@@ -699,7 +718,7 @@ impl Vim for KubeVim {
         // What other workloads request of each node (vcdn's own pods are
         // counted by the planner from its records).
         let mut held: HashMap<String, (u64, u64)> = HashMap::new();
-        for p in self.pods.state() {
+        for p in self.all_pods.state() {
             if self.ours(&p) || ended(&p) {
                 continue;
             }

@@ -278,6 +278,23 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     let cpus = std::thread::available_parallelism().unwrap().get() as u64;
     assert_eq!(node["vcpus"].as_u64(), Some(cpus), "{node}");
 
+    // Caches only: an order that needs proxies there is refused, saying why.
+    let accel = serde_json::json!({"name": "accel", "origin": format!("http://{origin}"),
+        "hostname": "accel.example", "flavor": "elastic",
+        "regions": [{"region": "paris", "peak_users": 10}],
+        "acceleration": {"paths": ["/dynamic"], "uncacheable": true}});
+    let (st, p) = up
+        .call(&up.demo_key(), "POST", "/v1/services", Some(accel))
+        .await;
+    assert_eq!(st, 422, "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("runs on Kubernetes, which runs caches only"),
+        "{p}"
+    );
+
     // Order → active, pods included.
     let t0 = Instant::now();
     let id = up.order("kube", "paris", 10).await;
