@@ -102,7 +102,27 @@ need() {
   done
 }
 
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler; DIR/kubeconfig.
+# kubeconfig FILE USER TOKEN: the cluster's API as USER (owner-only file).
+kubeconfig() {
+  cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: vcdn-test
+  cluster: {server: "https://127.0.0.1:$PORT", certificate-authority: "$DIR/pki/ca.crt"}
+users:
+- name: $2
+  user: {token: "$3"}
+contexts:
+- name: vcdn-test
+  context: {cluster: vcdn-test, user: $2}
+current-context: vcdn-test
+EOF
+  chmod 600 "$1"
+}
+
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler; DIR/kubeconfig
+# (admin) and DIR/kubeconfig-vcdn (user vcdn, rights only from RBAC bindings).
 control_plane() {
   mkdir -p "$DIR/pki" "$DIR/etcd" "$DIR/log"
   cd "$DIR/pki"
@@ -119,36 +139,8 @@ control_plane() {
     printf '%s,admin,admin,system:masters\n%s,vcdn,vcdn\n' "$TOKEN" "$(openssl rand -hex 24)" > tokens.csv
   fi
   TOKEN=$(sed -n 1p tokens.csv | cut -d, -f1)
-  local vcdn_token; vcdn_token=$(sed -n 2p tokens.csv | cut -d, -f1)
-  cat > "$DIR/kubeconfig-vcdn" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: vcdn-test
-  cluster: {server: "https://127.0.0.1:$PORT", certificate-authority: "$DIR/pki/ca.crt"}
-users:
-- name: vcdn
-  user: {token: "$vcdn_token"}
-contexts:
-- name: vcdn-test
-  context: {cluster: vcdn-test, user: vcdn}
-current-context: vcdn-test
-EOF
-  cat > "$DIR/kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: vcdn-test
-  cluster: {server: "https://127.0.0.1:$PORT", certificate-authority: "$DIR/pki/ca.crt"}
-users:
-- name: admin
-  user: {token: "$TOKEN"}
-contexts:
-- name: vcdn-test
-  context: {cluster: vcdn-test, user: admin}
-current-context: vcdn-test
-EOF
-  chmod 600 "$DIR/kubeconfig"
+  kubeconfig "$DIR/kubeconfig" admin "$TOKEN"
+  kubeconfig "$DIR/kubeconfig-vcdn" vcdn "$(sed -n 2p tokens.csv | cut -d, -f1)"
   cd "$DIR"
 
   log "etcd on 127.0.0.1:$ETCD"

@@ -50,18 +50,22 @@ fi
 # (Debian's), found through vcdn's HTTP service discovery.
 # The package would start a Prometheus service on :9090; a policy-rc.d that
 # refuses service starts keeps it from doing so during the install.
-if ! command -v prometheus >/dev/null 2>&1; then
-  echo "== installing prometheus"
+# install_without_starting PKG...: apt-get install, with no service started.
+install_without_starting() {
+  local SUDO made_policy=0
   SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
-  made_policy=0
   if [[ ! -e /usr/sbin/policy-rc.d ]]; then
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
     $SUDO chmod 755 /usr/sbin/policy-rc.d
     made_policy=1
   fi
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus \
-    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" \
+    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"; }
   if ((made_policy)); then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+}
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "== installing prometheus"
+  install_without_starting prometheus
 fi
 
 # The API document is checked against a live vcdn up by schemathesis (PyPI),
@@ -135,16 +139,7 @@ command -v runc >/dev/null 2>&1 || kube_pkgs+=(runc)
 command -v strip >/dev/null 2>&1 || kube_pkgs+=(binutils)
 if ((${#kube_pkgs[@]})); then
   echo "== installing ${kube_pkgs[*]}"
-  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
-  made_policy=0
-  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-    $SUDO chmod 755 /usr/sbin/policy-rc.d
-    made_policy=1
-  fi
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${kube_pkgs[@]}" \
-    || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${kube_pkgs[@]}"; }
-  if ((made_policy)); then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+  install_without_starting "${kube_pkgs[@]}"
 fi
 bash scripts/kubernetes.sh >/dev/null
 

@@ -148,8 +148,8 @@ pub struct KubeVim {
     all_pods: reflector::Store<Pod>,
     nodes: reflector::Store<Node>,
     unseen: Mutex<HashMap<String, Unseen>>,
-    /// The last failure of a watch, until a watch event succeeds again.
-    failing: Arc<Mutex<Option<String>>>,
+    /// Each watch's last failure, until that watch delivers again.
+    failing: Failing,
     api_errors: std::sync::atomic::AtomicU64,
     /// The driver's own runtime (watches and calls), shut down on drop.
     rt: Option<tokio::runtime::Runtime>,
@@ -200,11 +200,11 @@ impl KubeVim {
         let mine = format!("{OWNER}={owner}");
         let nodes_api: Api<Node> = Api::all(client.clone());
         let node_labels = selector(&cfg.node_selector);
-        let failing: Arc<Mutex<Option<String>>> = Arc::default();
-        let on_pods = note::<Pod>(&region, &failing, "pods");
+        let failing = Failing::default();
+        let on_pods = note::<Pod>(&region, &failing, "its pods");
         rt.spawn(async move {
             watcher(pods_api, watcher::Config::default().labels(&mine))
-                .default_backoff()
+                .backoff(Retry::default())
                 .reflect(pods_w)
                 .for_each(on_pods)
                 .await
@@ -212,7 +212,7 @@ impl KubeVim {
         let on_all = note::<Pod>(&region, &failing, "pods");
         rt.spawn(async move {
             watcher(all_api, watcher::Config::default())
-                .default_backoff()
+                .backoff(Retry::default())
                 .reflect(all_w)
                 .for_each(on_all)
                 .await
@@ -224,7 +224,7 @@ impl KubeVim {
                 c = c.labels(&node_labels);
             }
             watcher(nodes_api, c)
-                .default_backoff()
+                .backoff(Retry::default())
                 .reflect(nodes_w)
                 .for_each(on_nodes)
                 .await
@@ -468,12 +468,34 @@ impl Drop for KubeVim {
     }
 }
 
+/// Each watch's last failure (by what it watches), until it delivers
+/// again: the cluster is known only while none fails.
+#[derive(Clone, Default)]
+struct Failing(Arc<Mutex<BTreeMap<&'static str, String>>>);
+
+impl Failing {
+    fn any(&self) -> bool {
+        !self.0.lock().is_empty()
+    }
+
+    /// "watching its nodes fails: …; …", if any does.
+    fn why(&self) -> Option<String> {
+        let f = self.0.lock();
+        (!f.is_empty()).then(|| {
+            f.iter()
+                .map(|(what, e)| format!("watching {what} fails: {e}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+}
+
 /// What a watch's events do besides filling its store: a failure is
-/// logged and kept (for [`Vim::trouble`] and the metrics) until an event
-/// arrives again.
+/// logged and kept (for [`Vim::trouble`] and the metrics) until that
+/// watch delivers an event again.
 fn note<K>(
     region: &str,
-    failing: &Arc<Mutex<Option<String>>>,
+    failing: &Failing,
     what: &'static str,
 ) -> impl FnMut(Result<watcher::Event<K>, watcher::Error>) -> std::future::Ready<()> {
     let (region, failing) = (region.to_string(), failing.clone());
@@ -481,11 +503,40 @@ fn note<K>(
         match e {
             Err(e) => {
                 tracing::warn!(%region, error = %e, "kubernetes: watching {what} failed; retrying");
-                *failing.lock() = Some(format!("watching its {what} fails: {e}"));
+                failing.0.lock().insert(what, e.to_string());
             }
-            Ok(_) => *failing.lock() = None,
+            Ok(_) => {
+                failing.0.lock().remove(what);
+            }
         }
         std::future::ready(())
+    }
+}
+
+/// How a watch retries: 100 ms doubling to 2 s (kube's default goes to
+/// 30 s; a control plane of a few watches can retry sooner and resume
+/// soon after an apiserver comes back), from the start again after a
+/// success.
+struct Retry(Duration);
+
+impl Default for Retry {
+    fn default() -> Retry {
+        Retry(Duration::from_millis(100))
+    }
+}
+
+impl Iterator for Retry {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+        Some(d)
+    }
+}
+
+impl kube::runtime::utils::Backoff for Retry {
+    fn reset(&mut self) {
+        *self = Retry::default();
     }
 }
 
@@ -617,7 +668,7 @@ impl Vim for KubeVim {
         // none just created, and the watch working.
         let just_made = self.unseen.lock().remove(id).is_some();
         if !just_made
-            && self.failing.lock().is_none()
+            && !self.failing.any()
             && !self
                 .pods
                 .state()
@@ -651,7 +702,7 @@ impl Vim for KubeVim {
     }
 
     fn alive(&self, id: &str, _pid: Option<u32>, identity: &str) -> bool {
-        if self.failing.lock().is_some() {
+        if self.failing.any() {
             // The watch does not know: nothing is replaced on stale
             // knowledge (the router's health checks still decide whom
             // users reach).
@@ -711,7 +762,7 @@ impl Vim for KubeVim {
     }
 
     fn hosts(&self) -> Vec<Host> {
-        if self.failing.lock().is_some() {
+        if self.failing.any() {
             // Nothing is placed on stale knowledge.
             return Vec::new();
         }
@@ -771,11 +822,7 @@ impl Vim for KubeVim {
                 help: "Whether the region's cluster answers its watches (1) or not (0).",
                 kind: "gauge",
                 labels: region.clone(),
-                value: if self.failing.lock().is_none() {
-                    1.0
-                } else {
-                    0.0
-                },
+                value: if self.failing.any() { 0.0 } else { 1.0 },
             },
             Sample {
                 name: "vcdn_kubernetes_nodes",
@@ -806,7 +853,7 @@ impl Vim for KubeVim {
     }
 
     fn trouble(&self, _region: &str) -> Option<String> {
-        let failing = self.failing.lock().clone();
+        let failing = self.failing.why();
         let nodes = self.nodes.state().len();
         match failing {
             Some(e) => Some(format!(

@@ -264,17 +264,22 @@ impl Control {
                 Role::Cache => "instance",
                 Role::Proxy => "proxy",
             };
+            // A pod (its admin certificate names it) has no pid.
+            let (was, now) = match i.admin_name {
+                Some(_) => ("its pod".to_string(), "a new pod".to_string()),
+                None => (
+                    format!("pid {}", fmt_pid(old)),
+                    format!("pid {}", fmt_pid(i.pid)),
+                ),
+            };
             let detail = match ready {
                 Ok(()) => format!(
-                    "{what} {} (pid {}) was gone; replaced by pid {} serving after {ms:.1} ms",
-                    i.id,
-                    fmt_pid(old),
-                    fmt_pid(i.pid)
+                    "{what} {} ({was}) was gone; replaced by {now} serving after {ms:.1} ms",
+                    i.id
                 ),
                 Err(e) => format!(
-                    "{what} {} (pid {}) was gone; replacement not ready: {e}",
-                    i.id,
-                    fmt_pid(old)
+                    "{what} {} ({was}) was gone; replacement not ready: {e}",
+                    i.id
                 ),
             };
             self.event(&sid, "healed", &detail).await;

@@ -6,8 +6,9 @@
 
 mod support;
 
+use support::resolve;
+
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -51,23 +52,6 @@ fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.windows(2)
         .find(|w| w[0] == name)
         .map(|w| w[1].as_str())
-}
-
-/// `dig +short` from a source address: the A records.
-fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
-    let out = Command::new("dig")
-        .args(["+short", "+time=2", "+tries=1", "-p"])
-        .arg(dns.port().to_string())
-        .args(["-b", source])
-        .arg(format!("@{}", dns.ip()))
-        .arg(name)
-        .output()
-        .expect("dig runs (apt install bind9-dnsutils)");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect()
 }
 
 /// A GET with `Host` from a client address of a region (the router

@@ -7,6 +7,8 @@
 
 mod support;
 
+use support::resolve;
+
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -278,29 +280,6 @@ async fn two_gets(cache: SocketAddr) -> Vec<String> {
         );
     }
     out
-}
-
-/// `dig +short` from a source address: the A records.
-fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
-    let out = Command::new("dig")
-        .args([
-            "+short",
-            "+time=2",
-            "+tries=1",
-            "-p",
-            &dns.port().to_string(),
-            "-b",
-            source,
-        ])
-        .arg(format!("@{}", dns.ip()))
-        .arg(name)
-        .output()
-        .expect("dig runs (apt install bind9-dnsutils)");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .filter(|l| !l.is_empty())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

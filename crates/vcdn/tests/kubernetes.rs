@@ -7,6 +7,8 @@
 
 mod support;
 
+use support::resolve;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -174,29 +176,23 @@ async fn apply_rbac(k: &kube::Client) {
     }
 }
 
-/// `dig +short` from a source address: the A records.
-fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
-    let out = Command::new("dig")
-        .args([
-            "+short",
-            "+time=2",
-            "+tries=1",
-            "-p",
-            &dns.port().to_string(),
-            "-b",
-            source,
-        ])
-        .arg(format!("@{}", dns.ip()))
-        .arg(name)
-        .output()
-        .expect("dig runs (apt install bind9-dnsutils)");
-    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .filter(|l| !l.is_empty())
-        .collect();
-    v.sort();
-    v
+/// An elastic order of the demo customer: `NAME.example` from `origin`
+/// for `users` viewers in `region` at MOS 4.
+fn order_spec(name: &str, origin: SocketAddr, region: &str, users: u32) -> Value {
+    serde_json::json!({"name": name, "origin": format!("http://{origin}"),
+        "hostname": format!("{name}.example"), "flavor": "elastic",
+        "regions": [{"region": region, "peak_users": users}], "quality": {"min_mos": 4.0}})
+}
+
+/// The demo customer's order is refused with `status`, the problem's
+/// detail saying `saying`.
+async fn assert_refused(up: &Up, spec: Value, status: u16, saying: &str) {
+    let (st, p) = up
+        .call(&up.demo_key(), "POST", "/v1/services", Some(spec))
+        .await;
+    assert_eq!(st, status, "{p}");
+    let detail = p["detail"].as_str().unwrap_or("");
+    assert!(detail.contains(saying), "{p}");
 }
 
 /// The service's pods that are not being deleted: name → IP.
@@ -279,21 +275,15 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     assert_eq!(node["vcpus"].as_u64(), Some(cpus), "{node}");
 
     // Caches only: an order that needs proxies there is refused, saying why.
-    let accel = serde_json::json!({"name": "accel", "origin": format!("http://{origin}"),
-        "hostname": "accel.example", "flavor": "elastic",
-        "regions": [{"region": "paris", "peak_users": 10}],
-        "acceleration": {"paths": ["/dynamic"], "uncacheable": true}});
-    let (st, p) = up
-        .call(&up.demo_key(), "POST", "/v1/services", Some(accel))
-        .await;
-    assert_eq!(st, 422, "{p}");
-    assert!(
-        p["detail"]
-            .as_str()
-            .unwrap_or("")
-            .contains("runs on Kubernetes, which runs caches only"),
-        "{p}"
-    );
+    let mut accel = order_spec("accel", origin, "paris", 10);
+    accel["acceleration"] = serde_json::json!({"paths": ["/dynamic"], "uncacheable": true});
+    assert_refused(
+        &up,
+        accel,
+        422,
+        "runs on Kubernetes, which runs caches only",
+    )
+    .await;
 
     // Order → active, pods included.
     let t0 = Instant::now();
@@ -405,7 +395,11 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     let (_, ev) = up
         .call(OP, "GET", &format!("/v1/services/{id}/events"), None)
         .await;
-    assert!(ev.to_string().contains("healed"), "{ev}");
+    assert!(
+        ev.to_string()
+            .contains("(its pod) was gone; replaced by a new pod serving"),
+        "{ev}"
+    );
 
     // Load on the pod (40 viewers' connections; one carries 20 at MOS 4):
     // the supervisor scales Paris out with a second pod.
@@ -535,20 +529,13 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     assert!(ev.to_string().contains("scaled_in"), "{ev}");
 
     // More than the node holds: a 409 naming the region and the shortfall.
-    let big = serde_json::json!({"name": "toobig", "origin": format!("http://{origin}"),
-        "hostname": "toobig.example", "flavor": "elastic",
-        "regions": [{"region": "paris", "peak_users": 60}], "quality": {"min_mos": 4.0}});
-    let (st, p) = up
-        .call(&up.demo_key(), "POST", "/v1/services", Some(big))
-        .await;
-    assert_eq!(st, 409, "{p}");
-    assert!(
-        p["detail"]
-            .as_str()
-            .unwrap_or("")
-            .contains("region paris lacks"),
-        "{p}"
-    );
+    assert_refused(
+        &up,
+        order_spec("toobig", origin, "paris", 60),
+        409,
+        "region paris lacks",
+    )
+    .await;
 
     // The cluster's API goes away: /metrics and an order for the region
     // say so, the pods keep serving, and nothing is replaced on stale
@@ -565,24 +552,13 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         eventually(20, || async { metrics().await.contains(&metric(0)) }).await,
         "/metrics does not say the cluster is down"
     );
-    let (st, p) = up
-        .call(
-            &up.demo_key(),
-            "POST",
-            "/v1/services",
-            Some(serde_json::json!({"name": "during",
-            "origin": format!("http://{origin}"), "hostname": "during.example", "flavor": "elastic",
-            "regions": [{"region": "paris", "peak_users": 10}]})),
-        )
-        .await;
-    assert_eq!(st, 409, "{p}");
-    assert!(
-        p["detail"]
-            .as_str()
-            .unwrap_or("")
-            .contains("does not answer"),
-        "{p}"
-    );
+    assert_refused(
+        &up,
+        order_spec("during", origin, "paris", 10),
+        409,
+        "does not answer",
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let r = support::get_with(cache, "/size/4096", &[("Host", "kube.example")]).await;
     assert_eq!(
@@ -605,6 +581,9 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         kept,
         "no pod was replaced during the outage"
     );
+    // The kubelet's own watch comes back after a backoff of its own: a
+    // pod that runs says it has (the next steps start pods).
+    kubelet_runs_pods_again(&k).await;
 
     // Delete: every object vcdn made goes.
     let (st, _) = up
@@ -624,9 +603,8 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     );
 
     // A lease that ends removes the pods as well.
-    let short = serde_json::json!({"name": "short", "origin": format!("http://{origin}"),
-        "hostname": "short.example", "flavor": "elastic",
-        "regions": [{"region": "paris", "peak_users": 10}], "lease": {"duration_s": 3}});
+    let mut short = order_spec("short", origin, "paris", 10);
+    short["lease"] = serde_json::json!({"duration_s": 3});
     let (st, s) = up
         .call(&up.demo_key(), "POST", "/v1/services", Some(short))
         .await;
@@ -645,6 +623,34 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         "the lease's end left pods: {:?}",
         pods_of(&pods, &sid).await
     );
+}
+
+/// Waits until a pause pod runs: the kubelet sees new pods again.
+async fn kubelet_runs_pods_again(k: &kube::Client) {
+    let api: Api<Pod> = Api::namespaced(k.clone(), "default");
+    let probe: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kubelet-probe"},
+        "spec": {"terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "vcdn.local/pause:1"}]}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &probe).await.unwrap();
+    let runs = eventually(90, || async {
+        api.get("kubelet-probe")
+            .await
+            .ok()
+            .and_then(|p| p.status?.phase)
+            .as_deref()
+            == Some("Running")
+    })
+    .await;
+    assert!(
+        runs,
+        "the kubelet did not run a pod within 90 s of the apiserver's return"
+    );
+    api.delete("kubelet-probe", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
 }
 
 /// Kills the cluster's apiserver; the closure starts it again as it was.
@@ -717,9 +723,7 @@ async fn order_to_active_on_kubernetes_beside_local() {
     for n in 0..N {
         for (d, region) in ["paris", "lyon"].iter().enumerate() {
             let name = format!("b{d}x{n}");
-            let spec = serde_json::json!({"name": name, "origin": format!("http://{origin}"),
-                "hostname": format!("{name}.example"), "flavor": "elastic",
-                "regions": [{"region": region, "peak_users": 10}], "quality": {"min_mos": 4.0}});
+            let spec = order_spec(&name, origin, region, 10);
             let t = Instant::now();
             let (st, s) = up.call(&key, "POST", "/v1/services", Some(spec)).await;
             let ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -771,31 +775,19 @@ async fn an_unreachable_cluster_is_said_and_a_bad_region_vim_refused() {
     .unwrap();
     let vim = format!("paris=kubernetes:{}", kubeconfig.display());
     let up = Up::start("kube-gone-up", &["--region-vim", &vim]);
-    let order = |name: &str, region: &str| {
-        serde_json::json!({"name": name, "origin": format!("http://{}", up.origin),
-            "hostname": format!("{name}.example"), "flavor": "elastic",
-            "regions": [{"region": region, "peak_users": 10}], "quality": {"min_mos": 4.0}})
-    };
-    let (st, p) = up
-        .call(
-            &up.demo_key(),
-            "POST",
-            "/v1/services",
-            Some(order("p", "paris")),
-        )
-        .await;
-    assert_eq!(st, 409, "{p}");
-    let detail = p["detail"].as_str().unwrap_or("");
-    assert!(
-        detail.contains("Kubernetes cluster of region paris does not answer"),
-        "{p}"
-    );
+    assert_refused(
+        &up,
+        order_spec("p", up.origin, "paris", 10),
+        409,
+        "Kubernetes cluster of region paris does not answer",
+    )
+    .await;
     let (st, s) = up
         .call(
             &up.demo_key(),
             "POST",
             "/v1/services",
-            Some(order("l", "lyon")),
+            Some(order_spec("l", up.origin, "lyon", 10)),
         )
         .await;
     assert_eq!(st, 201, "a local region serves: {s}");

@@ -216,6 +216,26 @@ pub fn status_of(raw: &str) -> u16 {
     raw.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
+/// `dig +short` from a source address (the router locates clients by it):
+/// the A records, sorted.
+pub fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
+    let out = Command::new("dig")
+        .args(["+short", "+time=2", "+tries=1", "-p"])
+        .arg(dns.port().to_string())
+        .args(["-b", source])
+        .arg(format!("@{}", dns.ip()))
+        .arg(name)
+        .output()
+        .expect("dig runs (apt install bind9-dnsutils)");
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
 /// Poll `f` every 20 ms until it is true, at most `secs` seconds.
 pub async fn eventually<F, Fut>(secs: u64, mut f: F) -> bool
 where
