@@ -34,10 +34,10 @@ NODE=vcdn-node
 # "a watch stream was requested by the client but the required storage
 # feature RequestWatchProgress is disabled"): clients whose caches rely on
 # such watches (kwok's client-go) go stale. Legacy watches instead. For the
-# same reason etcd sends watch progress notifications every 100 ms: the
-# apiserver serves consistent lists from its watch cache once the cache has
-# caught up with etcd's revision, and without them a list right after a
-# write waited up to ~20 s for an unrelated event of its resource.
+# same reason etcd sends watch progress notifications every 100 ms (a
+# precaution: the apiserver serves consistent lists from its watch cache
+# once the cache has caught up with etcd's revision, which otherwise only
+# an event of the same resource tells it).
 APISERVER_FLAGS=(--feature-gates WatchList=false) KCM_FLAGS=() SCHED_FLAGS=()
 log() { echo "[kube-cluster $(date +%H:%M:%S)] $*" >&2; }
 
