@@ -7,7 +7,7 @@
 
 mod support;
 
-use support::resolve;
+use support::{region_instances as instances, resolve};
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -235,16 +235,6 @@ impl Up {
     fn origin_url(&self) -> String {
         format!("http://{}", self.origin)
     }
-}
-
-fn instances(v: &Value, region: &str) -> Vec<Value> {
-    v["graph"]["regions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["region"] == region)
-        .map(|r| r["instances"].as_array().unwrap().clone())
-        .unwrap_or_default()
 }
 
 fn all_pids(v: &Value) -> Vec<u64> {

@@ -7,7 +7,7 @@
 
 mod support;
 
-use support::resolve;
+use support::{region_instances as instances, resolve};
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -221,16 +221,6 @@ async fn pods_of(api: &Api<Pod>, service: &str) -> Vec<(String, String, bool)> {
         .collect();
     v.sort();
     v
-}
-
-fn instances(v: &Value, region: &str) -> Vec<Value> {
-    v["graph"]["regions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["region"] == region)
-        .flat_map(|r| r["instances"].as_array().cloned().unwrap_or_default())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

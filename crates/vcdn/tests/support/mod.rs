@@ -236,6 +236,17 @@ pub fn resolve(dns: SocketAddr, source: &str, name: &str) -> Vec<String> {
     v
 }
 
+/// A service's instances in one region, as the API shows them.
+pub fn region_instances(v: &serde_json::Value, region: &str) -> Vec<serde_json::Value> {
+    v["graph"]["regions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["region"] == region)
+        .flat_map(|r| r["instances"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
 /// Poll `f` every 20 ms until it is true, at most `secs` seconds.
 pub async fn eventually<F, Fut>(secs: u64, mut f: F) -> bool
 where
