@@ -30,6 +30,16 @@ have_kwok() {
   [[ -x "$CACHE/bin/kwok" ]] || return 1
   for s in "${KWOK_STAGES[@]}"; do [[ -f "$CACHE/kwok-stages/${s##*/}" ]] || return 1; done
 }
+if [[ ${1:-} == --built ]]; then have_kubernetes && have_kwok; exit; fi
+if have_kubernetes && have_kwok; then echo "$CACHE/bin"; exit 0; fi
+# One build at a time (the test command starts one in the background; a
+# test run by hand meanwhile waits for it).
+mkdir -p "$(dirname "$CACHE")"
+exec 9>"$CACHE.lock"
+if ! flock -n 9; then
+  echo "== another build of Kubernetes $VERSION is running; waiting for it" >&2
+  flock 9
+fi
 if have_kubernetes && have_kwok; then echo "$CACHE/bin"; exit 0; fi
 
 GO=$(command -v go || echo /usr/local/go/bin/go)
@@ -82,7 +92,9 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 for b in "${BINS[@]}"; do
   echo "== building $b $VERSION" >&2
-  "$GO" build -trimpath -ldflags "-s -w$LDFLAGS" -o "$CACHE/bin/$b" "k8s.io/kubernetes/cmd/$b" >&2
+  # Whole binaries only: a build cut short leaves none.
+  "$GO" build -trimpath -ldflags "-s -w$LDFLAGS" -o "$CACHE/bin/$b.part" "k8s.io/kubernetes/cmd/$b" >&2
+  mv "$CACHE/bin/$b.part" "$CACHE/bin/$b"
 done
 "$CACHE/bin/kube-apiserver" --version >&2
 have_kwok || build_kwok

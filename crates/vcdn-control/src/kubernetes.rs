@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use parking_lot::Mutex;
@@ -147,6 +148,9 @@ pub struct KubeVim {
     /// nodes (read when placing).
     all_pods: reflector::Store<Pod>,
     nodes: reflector::Store<Node>,
+    /// The EndpointSlices of this control plane's Services: where the
+    /// router and DNS send users (an instance's address).
+    slices: reflector::Store<EndpointSlice>,
     unseen: Mutex<HashMap<String, Unseen>>,
     /// Each watch's last failure, until that watch delivers again.
     failing: Failing,
@@ -194,6 +198,7 @@ impl KubeVim {
         let (pods, pods_w) = reflector::store();
         let (all_pods, all_w) = reflector::store();
         let (nodes, nodes_w) = reflector::store();
+        let (slices, slices_w) = reflector::store();
         let region = cfg.region.clone();
         let pods_api: Api<Pod> = Api::all(client.clone());
         let all_api: Api<Pod> = Api::all(client.clone());
@@ -215,6 +220,18 @@ impl KubeVim {
                 .backoff(Retry::default())
                 .reflect(all_w)
                 .for_each(on_all)
+                .await
+        });
+        // The endpoint slice controller copies a Service's labels onto its
+        // slices: the owner label finds this control plane's.
+        let slices_api: Api<EndpointSlice> = Api::namespaced(client.clone(), &cfg.namespace);
+        let on_slices = note::<EndpointSlice>(&region, &failing, "endpoint slices");
+        let mine = format!("{OWNER}={owner}");
+        rt.spawn(async move {
+            watcher(slices_api, watcher::Config::default().labels(&mine))
+                .backoff(Retry::default())
+                .reflect(slices_w)
+                .for_each(on_slices)
                 .await
         });
         let on_nodes = note::<Node>(&region, &failing, "nodes");
@@ -262,11 +279,17 @@ impl KubeVim {
                 tracing::warn!(region = %cfg.region, namespace = %cfg.namespace, error = %e, "kubernetes: cannot check or create the namespace")
             }
         }
-        let (p, a, n) = (pods.clone(), all_pods.clone(), nodes.clone());
+        let (p, a, n, e) = (
+            pods.clone(),
+            all_pods.clone(),
+            nodes.clone(),
+            slices.clone(),
+        );
         let ready = run(&rt, Duration::from_secs(5), async move {
             let _ = p.wait_until_ready().await;
             let _ = a.wait_until_ready().await;
             let _ = n.wait_until_ready().await;
+            let _ = e.wait_until_ready().await;
         });
         let vim = KubeVim {
             cfg,
@@ -275,11 +298,15 @@ impl KubeVim {
             pods,
             all_pods,
             nodes,
+            slices,
             unseen: Mutex::new(HashMap::new()),
             failing,
             api_errors: Default::default(),
             rt: Some(rt),
         };
+        if ready.is_ok() {
+            vim.repair_services();
+        }
         match ready {
             Ok(()) => tracing::info!(
                 region = %vim.cfg.region,
@@ -332,6 +359,52 @@ impl KubeVim {
 
     fn selector(&self, id: &str) -> String {
         format!("{OWNER}={},{INSTANCE}={id}", self.owner)
+    }
+
+    /// Makes sure every pod of this control plane is an owner of its
+    /// Service: a control plane stopped between creating a pod and its
+    /// Service left the pod without an address (one call to list the
+    /// Services, one per pod to repair).
+    fn repair_services(&self) {
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &self.cfg.namespace);
+        let mine = ListParams::default().labels(&format!("{OWNER}={}", self.owner));
+        let Ok(services) = self.call(async move { api.list(&mine).await.map_err(api_error) })
+        else {
+            return;
+        };
+        let owned: std::collections::HashSet<String> = services
+            .items
+            .iter()
+            .flat_map(|s| s.metadata.owner_references.iter().flatten())
+            .map(|o| o.uid.clone())
+            .collect();
+        for p in self.pods.state() {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            if !self.ours(&p) || ended(&p) || owned.contains(&uid) {
+                continue;
+            }
+            let (client, ns, pod) = (self.client.clone(), self.cfg.namespace.clone(), p.clone());
+            let owner = self.owner.clone();
+            let name = p.metadata.name.clone().unwrap_or_default();
+            match self.call(async move { own_service(client, &ns, &owner, &pod).await }) {
+                Ok(s) => {
+                    tracing::info!(region = %self.cfg.region, pod = %name, service = %s, "service repaired")
+                }
+                Err(e) => {
+                    tracing::warn!(region = %self.cfg.region, pod = %name, error = %e, "cannot repair the pod's service")
+                }
+            }
+        }
+    }
+
+    /// The address the instance's EndpointSlice gives its live pod.
+    fn slice_address(&self, pod: &str) -> Option<IpAddr> {
+        self.slices.state().iter().find_map(|s| {
+            s.endpoints
+                .iter()
+                .filter(|e| e.target_ref.as_ref().and_then(|t| t.name.as_deref()) == Some(pod))
+                .find_map(|e| e.addresses.first()?.parse().ok())
+        })
     }
 
     /// The instance's Secret and Pod.
@@ -574,8 +647,82 @@ fn ended(p: &Pod) -> bool {
     )
 }
 
-fn pod_ip(p: &Pod) -> Option<IpAddr> {
-    p.status.as_ref()?.pod_ip.as_ref()?.parse().ok()
+/// The headless Service of a vCDN's caches in a region (`vcdn-SERVICE-REGION`,
+/// or a hash of the region where that name would be too long): its
+/// EndpointSlices give the pods' addresses, and an operator finds a vCDN's
+/// caches with `kubectl get endpointslices -l kubernetes.io/service-name=…`.
+fn service_name(service: &str, region: &str) -> String {
+    let name = format!("vcdn-{service}-{region}");
+    if name.len() <= 63 && is_dns_label(&name) {
+        return name;
+    }
+    let h = region.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("vcdn-{service}-r{:08x}", h as u32)
+}
+
+/// Makes `pod` an owner of its Service, creating the Service if needed.
+/// Owned by its pods, the Service goes (garbage collection) when its last
+/// pod does: nothing is left behind, whenever the control plane stops.
+async fn own_service(
+    client: kube::Client,
+    ns: &str,
+    owner: &str,
+    pod: &Pod,
+) -> Result<String, String> {
+    let get = |k: &str| label(pod, k).unwrap_or_default().to_string();
+    let (service, region) = (get(SERVICE), get(REGION));
+    let name = service_name(&service, &region);
+    let port = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .flat_map(|c| c.ports.iter().flatten())
+        .find(|p| p.name.as_deref() == Some("http"))
+        .map(|p| p.container_port)
+        .ok_or("the pod has no http port")?;
+    let reference = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "name": pod.metadata.name, "uid": pod.metadata.uid,
+        "blockOwnerDeletion": false,
+    });
+    let object: Service = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {MANAGED_BY: "vcdn", OWNER: owner, SERVICE: service, CUSTOMER: get(CUSTOMER), REGION: region},
+            "ownerReferences": [reference],
+        },
+        "spec": {
+            // Headless: no ClusterIP (nothing routes one here, and users
+            // reach pods through vcdn's router), only EndpointSlices.
+            "clusterIP": "None",
+            "selector": {OWNER: owner, SERVICE: service, REGION: region},
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        }
+    }))
+    .map_err(|e| e.to_string())?;
+    let api: Api<Service> = Api::namespaced(client, ns);
+    // A Service being deleted (its last pod just went) is waited out.
+    for _ in 0..20 {
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => return Ok(name),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(api_error(e)),
+        }
+        let more = json!({"metadata": {"ownerReferences": [reference]}});
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Strategic(&more))
+            .await
+        {
+            Ok(s) if s.metadata.deletion_timestamp.is_none() => return Ok(name),
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(api_error(e)),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("service {name} stays in deletion"))
 }
 
 impl Vim for KubeVim {
@@ -601,6 +748,11 @@ impl Vim for KubeVim {
         );
         let old = ListParams::default().labels(&self.selector(&spec.id));
         let n = name.clone();
+        let (client, ns, me) = (
+            self.client.clone(),
+            self.cfg.namespace.clone(),
+            self.owner.clone(),
+        );
         self.call(async move {
             // A pod of this instance that ended, or one left behind by a
             // start cut short, goes first (with its Secret).
@@ -629,6 +781,7 @@ impl Vim for KubeVim {
                 .patch(&n, &PatchParams::default(), &Patch::Merge(&owner))
                 .await
                 .map_err(api_error)?;
+            own_service(client, &ns, &me, &made).await?;
             Ok(())
         })
         .map_err(fail)?;
@@ -737,7 +890,7 @@ impl Vim for KubeVim {
             .filter(|p| self.ours(p) && p.metadata.deletion_timestamp.is_none() && !ended(p))
             .map(|p| Marked {
                 pid: None,
-                ip: pod_ip(p),
+                ip: self.slice_address(p.metadata.name.as_deref().unwrap_or_default()),
                 identity: p
                     .metadata
                     .annotations
@@ -754,7 +907,7 @@ impl Vim for KubeVim {
         self.pods_of(id)
             .iter()
             .filter(|p| !ended(p))
-            .find_map(|p| pod_ip(p))
+            .find_map(|p| self.slice_address(p.metadata.name.as_deref()?))
     }
 
     fn regions(&self) -> Vec<String> {

@@ -117,7 +117,15 @@ fn until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-#[test]
+/// Needs the Kubernetes binaries: the test command runs it last
+/// (`with_cluster::`), after their first build.
+mod with_cluster {
+    #[test]
+    fn hundreds_of_nodes_placement_restart_and_cleanup() {
+        super::hundreds_of_nodes_placement_restart_and_cleanup()
+    }
+}
+
 fn hundreds_of_nodes_placement_restart_and_cleanup() {
     let kwok = Kwok::start();
     let t = Instant::now();
@@ -206,9 +214,10 @@ fn hundreds_of_nodes_placement_restart_and_cleanup() {
         vim.start(&spec(i)).expect("pod created");
     }
     eprintln!("{INSTANCES} pods created in {:?}", t.elapsed());
+    // Addresses come from the EndpointSlices of the vCDN's Service.
     assert!(
         until(120, || placed.iter().all(|i| vim.address(&i.id).is_some())),
-        "{} of {INSTANCES} pods got an IP",
+        "{} of {INSTANCES} pods got an address in an EndpointSlice",
         placed
             .iter()
             .filter(|i| vim.address(&i.id).is_some())
@@ -276,15 +285,18 @@ fn hundreds_of_nodes_placement_restart_and_cleanup() {
     let sel = ListParams::default().labels("app.kubernetes.io/managed-by=vcdn");
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(client.clone(), "vcdn-scale");
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), "vcdn-scale");
     assert!(
         until(120, || {
             rt.block_on(ours.list(&sel)).unwrap().items.is_empty()
                 && rt.block_on(secrets.list(&sel)).unwrap().items.is_empty()
+                && rt.block_on(services.list(&sel)).unwrap().items.is_empty()
         }),
-        "pods or secrets are left"
+        "pods, secrets or the service are left"
     );
     eprintln!(
-        "all {INSTANCES} pods and secrets gone {:?} after the stops",
+        "all {INSTANCES} pods, secrets and their service gone {:?} after the stops",
         t.elapsed()
     );
     assert!(rt

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::Value;
 use support::up::{free_port, Up, OP};
@@ -223,7 +224,16 @@ async fn pods_of(api: &Api<Pod>, service: &str) -> Vec<(String, String, bool)> {
     v
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// The tests that need the Kubernetes binaries: the test command runs them
+/// last (`with_cluster::`), so that a first build of those binaries runs in
+/// the background while the rest of the suite does.
+mod with_cluster {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_and_go() {
+        super::a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_and_go().await
+    }
+}
+
 async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_and_go() {
     let cluster = Cluster::start("kube-e2e");
     let tag = "vcdn.local/vcdn:test";
@@ -247,6 +257,8 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     );
     let pods: Api<Pod> = Api::namespaced(k.clone(), "vcdn");
     let secrets: Api<Secret> = Api::namespaced(k.clone(), "vcdn");
+    let services: Api<Service> = Api::namespaced(k.clone(), "vcdn");
+    let slices: Api<EndpointSlice> = Api::namespaced(k.clone(), "vcdn");
     let dns = SocketAddr::from(([127, 0, 0, 1], up.ports[0]));
 
     // The region's hosts are the cluster's nodes, with their allocatable
@@ -321,6 +333,33 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         "requests and limits from the flavor"
     );
     assert!(c.readiness_probe.is_some());
+    // The address came from the EndpointSlice of the vCDN's headless
+    // Service in the region, which lists the pod.
+    let svc = services
+        .get(&format!("vcdn-{id}-paris"))
+        .await
+        .expect("the vCDN's Service in paris");
+    assert_eq!(
+        svc.spec.as_ref().unwrap().cluster_ip.as_deref(),
+        Some("None"),
+        "headless"
+    );
+    let sel = ListParams::default().labels(&format!("kubernetes.io/service-name=vcdn-{id}-paris"));
+    let listed: Vec<(String, String)> = slices
+        .list(&sel)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.clone())
+        .map(|e| {
+            (
+                e.target_ref.and_then(|t| t.name).unwrap_or_default(),
+                e.addresses.join(","),
+            )
+        })
+        .collect();
+    assert_eq!(listed, vec![(p[0].0.clone(), ip.to_string())], "its slice");
 
     // The control plane's /metrics shows the cluster.
     let m = up.api_client().get("/metrics").await;
@@ -584,12 +623,17 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         let sel = ListParams::default().labels("app.kubernetes.io/managed-by=vcdn");
         pods.list(&sel).await.unwrap().items.is_empty()
             && secrets.list(&sel).await.unwrap().items.is_empty()
+            && services.list(&sel).await.unwrap().items.is_empty()
     })
     .await;
     assert!(
         gone,
-        "pods or secrets are left: {:?}",
-        pods_of(&pods, &id).await
+        "pods, secrets or services are left: {:?} {:?}",
+        pods_of(&pods, &id).await,
+        services
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.len())
     );
 
     // A lease that ends removes the pods as well.

@@ -119,8 +119,17 @@ impl Drop for Proc {
 struct Bed {
     lan: Lan,
     vcdn: PathBuf,
+    /// Keys and the brokers' logs and data (hundreds of MB per run),
+    /// removed with the bed.
+    dir: PathBuf,
     keys: PathBuf,
     member: PathBuf,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl Bed {
@@ -151,10 +160,14 @@ impl Bed {
         let dir = std::env::temp_dir().join(format!("andy-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let (keys, member) = (dir.join("keys.json"), dir.join("member.json"));
-        vcdn_telemetry_keys(vcdn, &keys, &member)?;
+        if let Err(e) = vcdn_telemetry_keys(vcdn, &keys, &member) {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
         Ok(Bed {
             lan,
             vcdn: vcdn.clone(),
+            dir,
             keys,
             member,
         })
@@ -492,7 +505,7 @@ fn wait_metric(
 /// The sink nodes' agent arguments: the master on `sink-1`, slaves after.
 fn sink_args(bed: &Bed, node: &str, master: bool) -> Vec<String> {
     let ip = bed.lan.addr(node).expect("node").to_string();
-    let dir = std::env::temp_dir().join(format!("andy-{}-kafka-{node}", std::process::id()));
+    let dir = bed.dir.join(format!("kafka-{node}"));
     let _ = std::fs::remove_dir_all(&dir);
     vec![
         "--role".into(),
