@@ -233,6 +233,9 @@ EOF
   ip link set cni-vcdn up
   sysctl -e vm.overcommit_memory kernel.panic kernel.panic_on_oops 2>/dev/null | sed 's/ = /=/' > "$DIR/sysctl.saved" || true
 
+  # The node's address is the bridge's (the kubelet refuses a loopback one
+  # and would report none: host-network pods need it as status.hostIP);
+  # its API stays on 127.0.0.1 (kubelet.yaml), out of the pods' reach.
   log "containerd and kubelet (node $NODE) in their own mount namespace"
   setsid unshare --mount --propagation private bash -c "
     set -e
@@ -243,7 +246,7 @@ EOF
     exec '$BIN/kubelet' --kubeconfig '$DIR/kubeconfig' --config '$DIR/kubelet.yaml' \
       --container-runtime-endpoint 'unix://$DIR/run/containerd/containerd.sock' \
       --root-dir '$DIR/lib/kubelet' --cert-dir '$DIR/pki/kubelet' \
-      --hostname-override $NODE --node-ip 127.0.0.1 > '$DIR/log/kubelet.log' 2>&1
+      --hostname-override $NODE --node-ip 10.244.0.1 > '$DIR/log/kubelet.log' 2>&1
   " &
   echo $! > "$DIR/node.pid"
   for _ in $(seq 1 100); do [[ -S "$DIR/run/containerd/containerd.sock" ]] && break; sleep 0.1; done

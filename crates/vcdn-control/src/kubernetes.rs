@@ -41,6 +41,9 @@ pub const REGION: &str = "vcdn.io/region";
 /// The pod's instance identity (`--instance-id`), an annotation.
 pub const IDENTITY: &str = "vcdn.io/identity";
 
+/// The environment variable that holds a host-network pod's node address.
+const NODE_IP: &str = "VCDN_NODE_IP";
+
 /// Where a pod finds the files of its Secret.
 const FILES: &str = "/run/vcdn";
 
@@ -53,7 +56,7 @@ const SEEN_WAIT: Duration = Duration::from_secs(2);
 const UNSEEN_GRACE: Duration = Duration::from_secs(20);
 
 /// A region given to Kubernetes (`vcdn up --region-vim
-/// NAME=kubernetes:KUBECONFIG[?namespace=NS&node-selector=K=V,…&image=REF]`).
+/// NAME=kubernetes:KUBECONFIG[?namespace=NS&node-selector=K=V,…&image=REF&network=pod|host]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KubeRegion {
     pub region: String,
@@ -65,6 +68,11 @@ pub struct KubeRegion {
     pub node_selector: BTreeMap<String, String>,
     /// The cache image (`vcdn image` builds one from this binary).
     pub image: String,
+    /// Caches listen on their node's own address (`network=host`) instead
+    /// of a pod IP, for operators whose pod network users cannot reach:
+    /// one cache per node then, as every cache of a region listens on the
+    /// same ports.
+    pub host_network: bool,
 }
 
 /// The image `vcdn image` makes from this build, used when a region names
@@ -76,7 +84,7 @@ pub fn default_image() -> String {
 impl KubeRegion {
     /// Reads `NAME=kubernetes:KUBECONFIG[?namespace=…&node-selector=…&image=…]`.
     pub fn parse(arg: &str) -> Result<KubeRegion, String> {
-        let usage = "expected NAME=kubernetes:KUBECONFIG[?namespace=NS&node-selector=K=V,K=V&image=REF] (KUBECONFIG may be in-cluster)";
+        let usage = "expected NAME=kubernetes:KUBECONFIG[?namespace=NS&node-selector=K=V,K=V&image=REF&network=pod|host] (KUBECONFIG may be in-cluster)";
         let (region, rest) = arg
             .split_once('=')
             .ok_or_else(|| format!("--region-vim {arg}: {usage}"))?;
@@ -93,6 +101,7 @@ impl KubeRegion {
             namespace: "vcdn".into(),
             node_selector: BTreeMap::new(),
             image: default_image(),
+            host_network: false,
         };
         for kv in query.split('&').filter(|s| !s.is_empty()) {
             let (k, v) = kv
@@ -101,6 +110,17 @@ impl KubeRegion {
             match k {
                 "namespace" => r.namespace = v.to_string(),
                 "image" => r.image = v.to_string(),
+                "network" => {
+                    r.host_network = match v {
+                        "pod" => false,
+                        "host" => true,
+                        _ => {
+                            return Err(format!(
+                                "--region-vim {arg}: network {v}: expected pod or host"
+                            ))
+                        }
+                    }
+                }
                 "node-selector" => {
                     for pair in v.split(',').filter(|s| !s.is_empty()) {
                         let (lk, lv) = pair.split_once('=').ok_or_else(|| {
@@ -343,8 +363,17 @@ impl KubeVim {
         r
     }
 
+    /// A pod of this control plane, of any region (the planner counts
+    /// those itself, wherever they run).
     fn ours(&self, p: &Pod) -> bool {
         label(p, OWNER) == Some(self.owner.as_str())
+    }
+
+    /// A pod of this control plane in this driver's region: two regions
+    /// may share a cluster and namespace (one on pod IPs, one on the
+    /// nodes' network), and each lists, adopts and repairs only its own.
+    fn mine(&self, p: &Pod) -> bool {
+        self.ours(p) && label(p, REGION) == Some(self.cfg.region.as_str())
     }
 
     /// The instance's pods that are not being deleted.
@@ -352,7 +381,7 @@ impl KubeVim {
         self.pods
             .state()
             .into_iter()
-            .filter(|p| self.ours(p) && label(p, INSTANCE) == Some(id))
+            .filter(|p| self.mine(p) && label(p, INSTANCE) == Some(id))
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .collect()
     }
@@ -380,7 +409,7 @@ impl KubeVim {
             .collect();
         for p in self.pods.state() {
             let uid = p.metadata.uid.clone().unwrap_or_default();
-            if !self.ours(&p) || ended(&p) || owned.contains(&uid) {
+            if !self.mine(&p) || ended(&p) || owned.contains(&uid) || label(&p, SERVICE).is_none() {
                 continue;
             }
             let (client, ns, pod) = (self.client.clone(), self.cfg.namespace.clone(), p.clone());
@@ -432,7 +461,7 @@ impl KubeVim {
         if let Some(t) = &mut inside.tls_listen {
             t.set_ip(any);
         }
-        let (args, _env) = crate::vim::command(
+        let (mut args, _env) = crate::vim::command(
             &inside,
             InstanceFiles {
                 origin_ca: spec.origin_ca_pem.as_ref().map(|_| ca.as_path()),
@@ -443,6 +472,16 @@ impl KubeVim {
                 telemetry_keys: None,
             },
         );
+        if self.cfg.host_network {
+            // On the node's own network, a cache listens on the node's
+            // address only (the kubelet puts it in the environment and
+            // expands `$(…)` in the arguments), not on every address of it.
+            for a in &mut args {
+                if let Some(port) = a.strip_prefix("0.0.0.0:") {
+                    *a = format!("$({NODE_IP}):{port}");
+                }
+            }
+        }
         let labels = json!({
             MANAGED_BY: "vcdn",
             OWNER: self.owner,
@@ -471,7 +510,20 @@ impl KubeVim {
         if let Some(t) = spec.tls_listen {
             ports.push(json!({"name": "https", "containerPort": t.port()}));
         }
-        let pod = serde_json::from_value(json!({
+        let mut env = vec![
+            json!({"name": "VCDN_ADMIN_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": "admin-token"}}}),
+        ];
+        if self.cfg.host_network {
+            // The node's ports are declared, so the scheduler refuses a
+            // second pod on them rather than the cache failing to bind.
+            for p in &mut ports {
+                p["hostPort"] = p["containerPort"].clone();
+            }
+            env.push(
+                json!({"name": NODE_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}),
+            );
+        }
+        let mut pod = json!({
             "metadata": {
                 "name": name,
                 "namespace": self.cfg.namespace,
@@ -500,7 +552,7 @@ impl KubeVim {
                     "imagePullPolicy": "IfNotPresent",
                     "command": ["/vcdn"],
                     "args": args,
-                    "env": [{"name": "VCDN_ADMIN_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": "admin-token"}}}],
+                    "env": env,
                     "ports": ports,
                     "resources": {
                         "requests": {"cpu": cpu, "memory": memory},
@@ -527,8 +579,12 @@ impl KubeVim {
                     {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
                 ],
             }
-        }))
-        .map_err(|e| e.to_string())?;
+        });
+        if self.cfg.host_network {
+            pod["spec"]["hostNetwork"] = json!(true);
+            pod["spec"]["dnsPolicy"] = json!("ClusterFirstWithHostNet");
+        }
+        let pod = serde_json::from_value(pod).map_err(|e| e.to_string())?;
         Ok((secret, pod))
     }
 }
@@ -826,7 +882,7 @@ impl Vim for KubeVim {
                 .pods
                 .state()
                 .iter()
-                .any(|p| self.ours(p) && label(p, INSTANCE) == Some(id))
+                .any(|p| self.mine(p) && label(p, INSTANCE) == Some(id))
         {
             return;
         }
@@ -887,7 +943,7 @@ impl Vim for KubeVim {
         self.pods
             .state()
             .iter()
-            .filter(|p| self.ours(p) && p.metadata.deletion_timestamp.is_none() && !ended(p))
+            .filter(|p| self.mine(p) && p.metadata.deletion_timestamp.is_none() && !ended(p))
             .map(|p| Marked {
                 pid: None,
                 ip: self.slice_address(p.metadata.name.as_deref().unwrap_or_default()),
@@ -949,6 +1005,7 @@ impl Vim for KubeVim {
                     region: self.cfg.region.clone(),
                     vcpus: (cpu.saturating_sub(hc) / 1000) as u32,
                     memory_mib: mem.saturating_sub(hm) >> 20,
+                    max_instances: self.cfg.host_network.then_some(1),
                 })
             })
             .collect()
@@ -961,7 +1018,7 @@ impl Vim for KubeVim {
             self.cfg.region.replace(['"', '\\', '\n'], "_")
         );
         let mut phases: BTreeMap<String, usize> = BTreeMap::new();
-        for p in self.pods.state().iter().filter(|p| self.ours(p)) {
+        for p in self.pods.state().iter().filter(|p| self.mine(p)) {
             let phase = p
                 .status
                 .as_ref()
@@ -1108,8 +1165,10 @@ mod tests {
             Some("edge")
         );
         assert_eq!(r.image, "reg/v:1");
-        let d = KubeRegion::parse("lyon=kubernetes:in-cluster").unwrap();
+        assert!(!r.host_network, "pod IPs unless asked");
+        let d = KubeRegion::parse("lyon=kubernetes:in-cluster?network=host").unwrap();
         assert_eq!((d.kubeconfig, d.namespace.as_str()), (None, "vcdn"));
+        assert!(d.host_network);
         for bad in [
             "paris",
             "paris=local:/x",
@@ -1118,6 +1177,7 @@ mod tests {
             "paris=kubernetes:/x?color=red",
             "paris=kubernetes:/x?namespace=Bad_NS",
             "paris=kubernetes:/x?node-selector=novalue",
+            "paris=kubernetes:/x?network=bridge",
         ] {
             assert!(KubeRegion::parse(bad).is_err(), "{bad}");
         }

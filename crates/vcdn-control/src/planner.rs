@@ -169,26 +169,33 @@ fn free_hosts_besides(
     extra: &[Instance],
     region: &str,
 ) -> Vec<(Host, HostFree)> {
-    let mut used: HashMap<&str, (u32, u64)> = HashMap::new();
-    let live = services
-        .iter()
-        .filter(|s| s.state.live())
-        .flat_map(|s| s.graph.instances());
-    for i in live.chain(extra) {
+    let mut used: HashMap<&str, (u32, u64, u32)> = HashMap::new();
+    let live = services.iter().filter(|s| s.state.live());
+    for i in live.clone().flat_map(|s| s.graph.instances()).chain(extra) {
         let e = used.entry(i.host.as_str()).or_default();
         e.0 += i.vcpus;
         e.1 += i.memory_mib;
+    }
+    // A host's slots are taken by this region's caches only (those that
+    // listen on its ports); `extra` is planned for this region.
+    let region_caches = live
+        .flat_map(|s| s.graph.regions.iter())
+        .filter(|r| r.region == region)
+        .flat_map(|r| r.instances.iter());
+    for i in region_caches.chain(extra) {
+        used.entry(i.host.as_str()).or_default().2 += 1;
     }
     hosts
         .iter()
         .filter(|h| h.region == region)
         .map(|h| {
-            let (v, m) = used.get(h.name.as_str()).copied().unwrap_or_default();
+            let (v, m, n) = used.get(h.name.as_str()).copied().unwrap_or_default();
             (
                 h.clone(),
                 HostFree {
                     vcpus: h.vcpus.saturating_sub(v),
                     memory_mib: h.memory_mib.saturating_sub(m),
+                    slots: h.max_instances.map(|max| max.saturating_sub(n)),
                 },
             )
         })
@@ -535,10 +542,17 @@ fn place_in(
     let hosts = free_hosts_besides(fleet.hosts, fleet.services, extra, &region.name);
     let free: Vec<HostFree> = hosts.iter().map(|(_, f)| f.clone()).collect();
     let picks = placement::place(count as usize, shape, &free, strategy).map_err(|s| {
-        PlanError::NoCapacity(format!(
-            "region {} lacks {} vCPUs and {} MiB ({s})",
-            region.name, s.missing_vcpus, s.missing_memory_mib
-        ))
+        PlanError::NoCapacity(if s.full_hosts > 0 {
+            format!(
+                "region {}'s hosts with room take no more instances ({s})",
+                region.name
+            )
+        } else {
+            format!(
+                "region {} lacks {} vCPUs and {} MiB ({s})",
+                region.name, s.missing_vcpus, s.missing_memory_mib
+            )
+        })
     })?;
     let mut used = used_addresses(fleet.services);
     used.extend(
@@ -680,6 +694,36 @@ mod tests {
         // Beyond the flavor's maximum of 8 instances.
         let e = run(&spec(200_000), &[]).unwrap_err();
         assert!(e.to_string().contains("at most 8"), "{e}");
+    }
+
+    #[test]
+    fn a_host_that_takes_one_instance_takes_one_whatever_its_room() {
+        // Paris's hosts as host-network Kubernetes nodes: one cache each.
+        let hosts: Vec<Host> = Defaults::embedded()
+            .hosts
+            .into_iter()
+            .map(|mut h| {
+                h.max_instances = Some(1);
+                h
+            })
+            .collect();
+        // 30,000 HD viewers need 2 instances: one per host.
+        let g = run_on(&spec(30_000), &[], &hosts).unwrap();
+        let paris: Vec<&str> = g.regions[0]
+            .instances
+            .iter()
+            .map(|i| i.host.as_str())
+            .collect();
+        assert_eq!(paris.len(), 2, "{paris:?}");
+        assert_ne!(paris[0], paris[1], "one per host: {paris:?}");
+        let e = run_on(&spec(60_000), &[], &hosts).unwrap_err();
+        let PlanError::NoCapacity(why) = e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            why.contains("region paris's hosts with room take no more instances"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub struct Host {
     pub region: String,
     pub vcpus: u32,
     pub memory_mib: u64,
+    /// How many instances it takes at most, whatever their size: one for
+    /// a node of a Kubernetes region whose caches use the node's own
+    /// network. None: as many as fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<u32>,
 }
 
 /// A host with what services hold of it (read-only view).

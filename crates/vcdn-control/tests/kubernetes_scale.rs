@@ -64,6 +64,7 @@ impl Kwok {
             namespace: namespace.into(),
             node_selector: BTreeMap::from([("type".to_string(), "kwok".to_string())]),
             image: "vcdn.local/vcdn:test".into(),
+            host_network: false,
         }
     }
 }

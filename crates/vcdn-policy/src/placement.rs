@@ -8,6 +8,11 @@
 pub struct HostFree {
     pub vcpus: u32,
     pub memory_mib: u64,
+    /// How many more instances it takes whatever their size; `None`: as
+    /// many as fit. A node whose caches use its own network (host-network
+    /// pods) takes one: every cache of a region listens on the same port,
+    /// the one DNS answers cannot change.
+    pub slots: Option<u32>,
 }
 
 /// Resources of one instance.
@@ -30,12 +35,22 @@ pub enum Strategy {
 
 /// How much is missing when instances do not fit.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{placed} of {wanted} instances fit; {missing_vcpus} vCPUs and {missing_memory_mib} MiB more are needed")]
+#[error("{placed} of {wanted} instances fit; {missing_vcpus} vCPUs and {missing_memory_mib} MiB more are needed{}", full_note(*.full_hosts))]
 pub struct Shortage {
     pub wanted: usize,
     pub placed: usize,
     pub missing_vcpus: u32,
     pub missing_memory_mib: u64,
+    /// Hosts with room for one more that take no more instances (their
+    /// slots are used).
+    pub full_hosts: usize,
+}
+
+fn full_note(full_hosts: usize) -> String {
+    if full_hosts == 0 {
+        return String::new();
+    }
+    format!(", and {full_hosts} hosts with room take no more instances")
 }
 
 /// Chooses a host (index into `hosts`) for each of `count` instances.
@@ -49,7 +64,8 @@ pub fn place(
     let mut free = hosts.to_vec();
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
-        let fits = |h: &HostFree| h.vcpus >= shape.vcpus && h.memory_mib >= shape.memory_mib;
+        let room = |h: &HostFree| h.vcpus >= shape.vcpus && h.memory_mib >= shape.memory_mib;
+        let fits = |h: &HostFree| room(h) && h.slots != Some(0);
         let pick = free
             .iter()
             .enumerate()
@@ -63,6 +79,9 @@ pub fn place(
             Some(i) => {
                 free[i].vcpus -= shape.vcpus;
                 free[i].memory_mib -= shape.memory_mib;
+                if let Some(n) = &mut free[i].slots {
+                    *n -= 1;
+                }
                 out.push(i);
             }
             None => {
@@ -76,6 +95,7 @@ pub fn place(
                         .saturating_sub(have_v)
                         .max(shape.vcpus.min(1)),
                     missing_memory_mib: (left as u64 * shape.memory_mib).saturating_sub(have_m),
+                    full_hosts: free.iter().filter(|h| room(h)).count(),
                 });
             }
         }
@@ -92,14 +112,17 @@ mod tests {
             HostFree {
                 vcpus: 4,
                 memory_mib: 4096,
+                slots: None,
             },
             HostFree {
                 vcpus: 2,
                 memory_mib: 4096,
+                slots: None,
             },
             HostFree {
                 vcpus: 4,
                 memory_mib: 4096,
+                slots: None,
             },
         ]
     }
@@ -135,5 +158,24 @@ mod tests {
         let e = place(1, big, &hosts(), Strategy::Consolidate).unwrap_err();
         assert_eq!(e.placed, 0);
         assert!(e.to_string().contains("0 of 1 instances fit"), "{e}");
+    }
+
+    #[test]
+    fn a_host_with_one_slot_takes_one_instance_whatever_its_room() {
+        let mut h = hosts();
+        h[0].slots = Some(1);
+        h[2].slots = Some(0);
+        assert_eq!(
+            place(3, ONE, &h, Strategy::Spread).unwrap(),
+            vec![0, 1, 1],
+            "host 0 once, host 2 never"
+        );
+        let e = place(4, ONE, &h, Strategy::Spread).unwrap_err();
+        assert_eq!(e.placed, 3);
+        assert!(
+            e.to_string()
+                .contains("2 hosts with room take no more instances"),
+            "{e}"
+        );
     }
 }

@@ -109,9 +109,10 @@ pub struct UpArgs {
     /// A region whose instances are pods of a Kubernetes cluster instead
     /// of local processes: NAME=kubernetes:KUBECONFIG (a path, or
     /// in-cluster), optionally followed by ?namespace=NS (default vcdn),
-    /// &node-selector=K=V,K=V (the nodes that are its hosts) and
-    /// &image=REF (default the image `vcdn image` builds from this binary).
-    /// Repeat for more regions.
+    /// &node-selector=K=V,K=V (the nodes that are its hosts),
+    /// &image=REF (default the image `vcdn image` builds from this binary)
+    /// and &network=host (caches on their nodes' own network and address,
+    /// one per node; default pod: pod IPs). Repeat for more regions.
     #[arg(long = "region-vim", value_name = "NAME=kubernetes:KUBECONFIG", value_parser = vcdn_control::kubernetes::KubeRegion::parse)]
     region_vims: Vec<vcdn_control::kubernetes::KubeRegion>,
     /// Also run a demo origin and make a demo customer.

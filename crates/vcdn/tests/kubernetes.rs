@@ -246,14 +246,28 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     // grants.
     let k = cluster.client().await;
     apply_rbac(&k).await;
+    let kubeconfig = cluster.dir.join("kubeconfig-vcdn");
     let vim = format!(
         "paris=kubernetes:{}?namespace=vcdn&image={tag}",
-        cluster.dir.join("kubeconfig-vcdn").display()
+        kubeconfig.display()
+    );
+    // Lyon's caches use the node's own network (the same node: its
+    // address is the pods' bridge's, 10.244.0.1).
+    let host_vim = format!(
+        "lyon=kubernetes:{}?namespace=vcdn&image={tag}&network=host",
+        kubeconfig.display()
     );
     let mut up = Up::start_with_origin(
         "kube-up",
         origin,
-        &["--region-vim", &vim, "--capacity-model", &model],
+        &[
+            "--region-vim",
+            &vim,
+            "--region-vim",
+            &host_vim,
+            "--capacity-model",
+            &model,
+        ],
     );
     let pods: Api<Pod> = Api::namespaced(k.clone(), "vcdn");
     let secrets: Api<Secret> = Api::namespaced(k.clone(), "vcdn");
@@ -385,6 +399,72 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     assert!(x_cache(&r).starts_with("MISS"), "{}", x_cache(&r));
     assert!(x_cache(&get().await).starts_with("HIT"));
 
+    // A region on the node's network: its cache listens on the node's
+    // address (no pod IP), DNS answers that, and the node takes one cache
+    // of the region (every cache listens on the same port), whatever
+    // Paris's pod holds.
+    {
+        let (_, hosts) = up.call(OP, "GET", "/v1/hosts", None).await;
+        assert!(
+            hosts["hosts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["region"] == "lyon" && h["max_instances"] == 1),
+            "{hosts}"
+        );
+        let on_node = up.order("onnode", "lyon", 10).await;
+        let (_, s) = up
+            .call(OP, "GET", &format!("/v1/services/{on_node}"), None)
+            .await;
+        let lyon = instances(&s, "lyon");
+        assert_eq!(lyon.len(), 1, "{s}");
+        assert_eq!(
+            lyon[0]["address"],
+            format!("10.244.0.1:{}", up.instance_port),
+            "the node's address: {s}"
+        );
+        let p = pods_of(&pods, &on_node).await;
+        let pod: Pod = pods.get(&p[0].0).await.unwrap();
+        assert_eq!(pod.spec.as_ref().unwrap().host_network, Some(true));
+        assert_eq!(
+            resolve(dns, "127.2.0.1", "onnode.example"),
+            vec!["10.244.0.1".to_string()]
+        );
+        let cache = SocketAddr::from(([10, 244, 0, 1], up.instance_port));
+        let get = || support::get_with(cache, "/size/4096", &[("Host", "onnode.example")]);
+        let r = get().await;
+        assert_eq!(r.status(), 200);
+        assert!(x_cache(&r).starts_with("MISS"), "{}", x_cache(&r));
+        assert!(x_cache(&get().await).starts_with("HIT"));
+        // A second is refused (on this 2-CPU node Paris's pod and this one
+        // also hold all its CPUs; the planner's tests show the slot alone
+        // refusing one).
+        assert_refused(
+            &up,
+            order_spec("second", origin, "lyon", 10),
+            409,
+            "region lyon",
+        )
+        .await;
+        let (st, _) = up
+            .call(OP, "DELETE", &format!("/v1/services/{on_node}"), None)
+            .await;
+        assert!(st == 202 || st == 200 || st == 204, "{st}");
+        assert!(
+            eventually(30, || async {
+                pods_of(&pods, &on_node).await.is_empty()
+                    && services
+                        .get_opt(&format!("vcdn-{on_node}-lyon"))
+                        .await
+                        .unwrap()
+                        .is_none()
+            })
+            .await,
+            "the host-network pod or its service is left"
+        );
+    }
+
     // A pod deleted behind vcdn's back (kubectl delete pod) is replaced,
     // the event says so, and DNS follows the new IP.
     let t1 = Instant::now();
@@ -505,7 +585,7 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
     let stray: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "vcdn-i-stray", "labels": {
             "app.kubernetes.io/managed-by": "vcdn", "vcdn.io/control-plane": owner,
-            "vcdn.io/instance": "i-stray"}, "annotations": {"vcdn.io/identity": "i-stray.0"}},
+            "vcdn.io/region": "paris", "vcdn.io/instance": "i-stray"}, "annotations": {"vcdn.io/identity": "i-stray.0"}},
         "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "vcdn.local/pause:1"}]}
     }))
     .unwrap();
