@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bench/kubernetes.sh - order → active for a region on Kubernetes (a real
 # single-node cluster of scripts/kube-cluster.sh; the pod's scheduling,
-# sandbox, network and container start included) beside a local region
-# (a process), interleaved in one run of a release `vcdn up`: 10 orders
-# each, every one deleted before the next.
+# sandbox, network and container start included), on pod IPs and on the
+# node's network, beside a local region (a process), interleaved in one run
+# of a release `vcdn up`: 10 orders each, every one deleted before the next.
 #
 # It runs the ignored test `kubernetes::order_to_active_on_kubernetes_beside_local`.
 # Needs root and what scripts/test.sh installs (scripts/kubernetes.sh's
