@@ -118,15 +118,7 @@ fn until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-/// Needs the Kubernetes binaries: the test command runs it last
-/// (`with_cluster::`), after their first build.
-mod with_cluster {
-    #[test]
-    fn hundreds_of_nodes_placement_restart_and_cleanup() {
-        super::hundreds_of_nodes_placement_restart_and_cleanup()
-    }
-}
-
+#[test]
 fn hundreds_of_nodes_placement_restart_and_cleanup() {
     let kwok = Kwok::start();
     let t = Instant::now();

@@ -224,16 +224,7 @@ async fn pods_of(api: &Api<Pod>, service: &str) -> Vec<(String, String, bool)> {
     v
 }
 
-/// The tests that need the Kubernetes binaries: the test command runs them
-/// last (`with_cluster::`), so that a first build of those binaries runs in
-/// the background while the rest of the suite does.
-mod with_cluster {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_and_go() {
-        super::a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_and_go().await
-    }
-}
-
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_and_go() {
     let cluster = Cluster::start("kube-e2e");
     let tag = "vcdn.local/vcdn:test";
