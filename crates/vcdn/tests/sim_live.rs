@@ -29,12 +29,8 @@ const VIEWERS: [(&str, u32); 2] = [("paris", 40), ("lyon", 18)];
 const WATCH_S: f64 = RAMP_S + PLAY_S + 2.0;
 
 fn running(service: &Value, region: &str) -> usize {
-    service["graph"]["regions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["region"] == region)
-        .flat_map(|r| r["instances"].as_array().cloned().unwrap_or_default())
+    support::region_instances(service, region)
+        .iter()
         .filter(|i| i["state"] == "running")
         .count()
 }
