@@ -204,16 +204,18 @@ cargo test --workspace --no-run
 #    on servers, brokers and timers far more than they compute (the CPUs are
 #    ~80% idle while one runs alone);
 # 2. one at a time, those that run Kafka brokers (their KRaft controllers
-#    fsync and time out): kafka, telemetry_datasink, telemetry_billing;
-# 3. once the Kubernetes binaries are built (a first build at idle priority
-#    still delayed a LAN forwarder's thread by 80 ms), one at a time, those
-#    that time things to the millisecond or play in real time: testbed,
-#    lan, path, rtt, calibrate, player, yardstick;
+#    fsync and time out: kafka, telemetry_datasink, telemetry_billing) and
+#    those that play in real time, within tolerances of a second or so
+#    (player, yardstick);
+# 3. once the Kubernetes binaries are built, one at a time, those that time
+#    things to the millisecond: testbed, lan, path, rtt, calibrate (beside
+#    a first build at idle priority, a LAN forwarder's thread woke 80 ms
+#    late);
 # 4. the tests on a cluster.
 # Every target runs as `cargo test --workspace ...`: the same features as
 # the build above, so nothing is built again.
-WITH_KAFKA=(kafka telemetry_datasink telemetry_billing)
-TIMED=(testbed lan path rtt calibrate player yardstick)
+ALONE=(kafka telemetry_datasink telemetry_billing player yardstick)
+TIMED=(testbed lan path rtt calibrate)
 ON_A_CLUSTER=(kubernetes kubernetes_scale)
 mapfile -t TARGETS < <(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
@@ -221,7 +223,7 @@ names = {t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets
 print("\n".join(sorted(names)))')
 SHARED=("--lib --bins" "--doc")
 for t in "${TARGETS[@]}"; do
-  [[ " ${WITH_KAFKA[*]} ${TIMED[*]} ${ON_A_CLUSTER[*]} " == *" $t "* ]] || SHARED+=("--test $t")
+  [[ " ${ALONE[*]} ${TIMED[*]} ${ON_A_CLUSTER[*]} " == *" $t "* ]] || SHARED+=("--test $t")
 done
 # tests_of NAME...: each as a selection, `--test NAME`.
 tests_of() { for t in "$@"; do printf -- '--test %s\n' "$t"; done; }
@@ -264,8 +266,8 @@ run_tests() {
 failed=0
 echo "== cargo test: the targets that share the machine, two at a time"
 run_tests 2 "${SHARED[@]}" || failed=1
-echo "== cargo test: the targets with Kafka brokers, one at a time"
-mapfile -t SEL < <(tests_of "${WITH_KAFKA[@]}")
+echo "== cargo test: the targets with Kafka brokers or real-time players, one at a time"
+mapfile -t SEL < <(tests_of "${ALONE[@]}")
 run_tests 1 "${SEL[@]}" || failed=1
 if [[ -n $KUBE_BUILD_PID ]]; then
   echo "== waiting for the Kubernetes binaries' build (log: $KUBE_LOG)"
@@ -278,7 +280,7 @@ if [[ -n $KUBE_BUILD_PID ]]; then
   KUBE_BUILD_PID=""
   rm -f "$KUBE_LOG"
 fi
-echo "== cargo test: the targets that time things or play in real time, one at a time"
+echo "== cargo test: the targets that time things to the millisecond, one at a time"
 mapfile -t SEL < <(tests_of "${TIMED[@]}")
 run_tests 1 "${SEL[@]}" || failed=1
 echo "== cargo test: on a Kubernetes cluster"
