@@ -203,19 +203,19 @@ cargo test --workspace --no-run
 # 1. the test targets that can share the machine, two at a time: they wait
 #    on servers, brokers and timers far more than they compute (the CPUs are
 #    ~80% idle while one runs alone);
-# 2. one at a time, those that run Kafka brokers (their KRaft controllers
-#    fsync and time out: kafka, telemetry_datasink, telemetry_billing) and
-#    those that play in real time, within tolerances of a second or so
-#    (player, yardstick);
-# 3. once the Kubernetes binaries are built, one at a time, those that time
-#    things to the millisecond: testbed, lan, path, rtt, calibrate (beside
-#    a first build at idle priority, a LAN forwarder's thread woke 80 ms
-#    late);
+# 2. one at a time, those that play in real time, within tolerances of a
+#    second or so: player, yardstick;
+# 3. once the Kubernetes binaries are built, one at a time, those that the
+#    build's load (even at idle priority: the two vCPUs share caches) made
+#    fail: a LAN forwarder's thread woke 80 ms late, a Kafka data sink
+#    never answered a slave's join within 180 s, a sockmap relay stalled
+#    (kafka, telemetry_datasink, telemetry_billing, proxy), and those that
+#    time things to the millisecond (testbed, lan, path, rtt, calibrate);
 # 4. the tests on a cluster.
 # Every target runs as `cargo test --workspace ...`: the same features as
 # the build above, so nothing is built again.
-ALONE=(kafka telemetry_datasink telemetry_billing player yardstick)
-TIMED=(testbed lan path rtt calibrate)
+PLAYERS=(player yardstick)
+QUIET=(kafka telemetry_datasink telemetry_billing proxy testbed lan path rtt calibrate)
 ON_A_CLUSTER=(kubernetes kubernetes_scale)
 mapfile -t TARGETS < <(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
@@ -223,7 +223,7 @@ names = {t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets
 print("\n".join(sorted(names)))')
 SHARED=("--lib --bins" "--doc")
 for t in "${TARGETS[@]}"; do
-  [[ " ${ALONE[*]} ${TIMED[*]} ${ON_A_CLUSTER[*]} " == *" $t "* ]] || SHARED+=("--test $t")
+  [[ " ${PLAYERS[*]} ${QUIET[*]} ${ON_A_CLUSTER[*]} " == *" $t "* ]] || SHARED+=("--test $t")
 done
 # tests_of NAME...: each as a selection, `--test NAME`.
 tests_of() { for t in "$@"; do printf -- '--test %s\n' "$t"; done; }
@@ -266,11 +266,12 @@ run_tests() {
 failed=0
 echo "== cargo test: the targets that share the machine, two at a time"
 run_tests 2 "${SHARED[@]}" || failed=1
-echo "== cargo test: the targets with Kafka brokers or real-time players, one at a time"
-mapfile -t SEL < <(tests_of "${ALONE[@]}")
+echo "== cargo test: the targets that play in real time, one at a time"
+mapfile -t SEL < <(tests_of "${PLAYERS[@]}")
 run_tests 1 "${SEL[@]}" || failed=1
 if [[ -n $KUBE_BUILD_PID ]]; then
   echo "== waiting for the Kubernetes binaries' build (log: $KUBE_LOG)"
+  waited=$SECONDS
   if ! wait "$KUBE_BUILD_PID"; then
     KUBE_BUILD_PID=""
     tail -n 30 "$KUBE_LOG" >&2
@@ -279,9 +280,10 @@ if [[ -n $KUBE_BUILD_PID ]]; then
   fi
   KUBE_BUILD_PID=""
   rm -f "$KUBE_LOG"
+  echo "== the Kubernetes binaries are built (waited $((SECONDS - waited)) s)"
 fi
-echo "== cargo test: the targets that time things to the millisecond, one at a time"
-mapfile -t SEL < <(tests_of "${TIMED[@]}")
+echo "== cargo test: the targets that need a quiet machine, one at a time"
+mapfile -t SEL < <(tests_of "${QUIET[@]}")
 run_tests 1 "${SEL[@]}" || failed=1
 echo "== cargo test: on a Kubernetes cluster"
 mapfile -t SEL < <(tests_of "${ON_A_CLUSTER[@]}")
