@@ -130,8 +130,8 @@ fi
 # by a policy-rc.d, as for prometheus), `strip` for the cache image, and
 # kube-apiserver, controller-manager, scheduler, kubelet and kwok built once
 # from the Go module proxy into ~/.cache/vcdn/kubernetes-VERSION
-# (scripts/kubernetes.sh: ~13 CPU-minutes cold, run beside the Rust build
-# below; nothing later).
+# (scripts/kubernetes.sh: ~12.5 CPU-minutes cold, at idle priority beside
+# everything below; nothing later).
 kube_pkgs=()
 command -v etcd >/dev/null 2>&1 || kube_pkgs+=(etcd-server)
 command -v containerd >/dev/null 2>&1 || kube_pkgs+=(containerd)
@@ -154,9 +154,9 @@ fi
 # (else the kernel would share the CPUs evenly between the two sessions,
 # whatever the nice values), SCHED_IDLE and nice 19. Go's build cache and
 # temporary files are in memory (/dev/shm, removed after), so it writes
-# almost nothing to the disk, where the Kafka tests' brokers fsync. It
-# takes what the lints, the Rust build and above all the tests leave idle,
-# and only the tests on a cluster wait for it.
+# almost nothing to the disk the tests beside it use. It takes what the
+# lints, the Rust build and above all the tests leave idle; the tests that
+# need a quiet machine and those on a cluster wait for it.
 KUBE_BUILD_PID=""
 if ! bash scripts/kubernetes.sh --built; then
   KUBE_LOG=$(mktemp -t vcdn-kubernetes-build.XXXXXX.log)
@@ -234,7 +234,7 @@ tests_of() { for t in "$@"; do printf -- '--test %s\n' "$t"; done; }
 # LANES at a time; each one's output is shown whole when it ends. All run
 # even when one fails; then the failed ones are named and this fails.
 run_tests() {
-  local lanes=$1 dir n=0 pid rc
+  local lanes=$1 dir n=0 pid rc sel
   shift
   dir=$(mktemp -d -t vcdn-tests.XXXXXX)
   local -A selection=() log=() began=()
