@@ -231,34 +231,22 @@ done
 # tests_of NAME...: each as a selection, `--test NAME`.
 tests_of() { for t in "$@"; do printf -- '--test %s\n' "$t"; done; }
 
-# run_tests LANES SELECTION...: `cargo test --workspace SELECTION` for each,
-# LANES at a time; each one's output is shown whole when it ends. All run
-# even when one fails; then the failed ones are named and this fails.
+# run_tests SELECTION...: `cargo test --workspace SELECTION` for each, one
+# at a time, with its time and result. All run even when one fails; then
+# the failed ones are named and this fails.
 run_tests() {
-  local lanes=$1 dir n=0 pid rc sel
-  shift
-  dir=$(mktemp -d -t vcdn-tests.XXXXXX)
-  local -A selection=() log=() began=()
-  local failed=()
-  for sel in "$@" ""; do
-    while ((${#selection[@]} >= lanes)) || { [[ -z $sel ]] && ((${#selection[@]})); }; do
-      rc=0
-      wait -n -p pid "${!selection[@]}" || rc=$?
-      cat "${log[$pid]}"
-      echo "== $( ((rc == 0)) && echo passed || echo FAILED) in $((SECONDS - began[$pid])) s: cargo test --workspace ${selection[$pid]}"
-      ((rc == 0)) || failed+=("${selection[$pid]}")
-      unset "selection[$pid]" "log[$pid]" "began[$pid]"
-    done
-    [[ -n $sel ]] || break
-    n=$((n + 1))
-    echo "== started: cargo test --workspace $sel"
+  local sel began failed=()
+  for sel in "$@"; do
+    echo "== cargo test --workspace $sel"
+    began=$SECONDS
     # shellcheck disable=SC2086 # a selection is several words
-    cargo test --workspace $sel >"$dir/$n.log" 2>&1 &
-    selection[$!]=$sel
-    log[$!]="$dir/$n.log"
-    began[$!]=$SECONDS
+    if cargo test --workspace $sel; then
+      echo "== passed in $((SECONDS - began)) s: cargo test --workspace $sel"
+    else
+      echo "== FAILED in $((SECONDS - began)) s: cargo test --workspace $sel"
+      failed+=("$sel")
+    fi
   done
-  rm -rf "$dir"
   if ((${#failed[@]})); then
     printf '== failed: cargo test --workspace %s\n' "${failed[@]}" >&2
     return 1
@@ -268,10 +256,10 @@ run_tests() {
 # A step that fails does not stop the next ones; the suite fails at the end.
 failed=0
 echo "== cargo test: the targets that can run beside the build, one at a time"
-run_tests 1 "${OTHERS[@]}" || failed=1
+run_tests "${OTHERS[@]}" || failed=1
 echo "== cargo test: the targets that play in real time, one at a time"
 mapfile -t SEL < <(tests_of "${PLAYERS[@]}")
-run_tests 1 "${SEL[@]}" || failed=1
+run_tests "${SEL[@]}" || failed=1
 if [[ -n $KUBE_BUILD_PID ]]; then
   echo "== waiting for the Kubernetes binaries' build (log: $KUBE_LOG)"
   waited=$SECONDS
@@ -287,8 +275,8 @@ if [[ -n $KUBE_BUILD_PID ]]; then
 fi
 echo "== cargo test: the targets that need a quiet machine, one at a time"
 mapfile -t SEL < <(tests_of "${QUIET[@]}")
-run_tests 1 "${SEL[@]}" || failed=1
+run_tests "${SEL[@]}" || failed=1
 echo "== cargo test: on a Kubernetes cluster"
 mapfile -t SEL < <(tests_of "${ON_A_CLUSTER[@]}")
-run_tests 1 "${SEL[@]}" || failed=1
+run_tests "${SEL[@]}" || failed=1
 exit "$failed"
