@@ -131,7 +131,7 @@ fi
 # kube-apiserver, controller-manager, scheduler, kubelet and kwok built once
 # from the Go module proxy into ~/.cache/vcdn/kubernetes-VERSION
 # (scripts/kubernetes.sh: ~12.5 CPU-minutes cold, at idle priority beside
-# everything below; nothing later).
+# the tests; nothing later).
 kube_pkgs=()
 command -v etcd >/dev/null 2>&1 || kube_pkgs+=(etcd-server)
 command -v containerd >/dev/null 2>&1 || kube_pkgs+=(containerd)
@@ -146,41 +146,6 @@ if ! bash scripts/kubernetes.sh --built && ! command -v go >/dev/null 2>&1 && [[
   SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go \
     || { $SUDO apt-get update -q && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go; }
-fi
-
-# A first build of the Kubernetes binaries (Go, ~12.5 CPU-minutes) starts
-# here and goes on beside everything below, at idle priority: in a session
-# of its own (to be stopped whole) whose autogroup gets the lowest weight
-# (else the kernel would share the CPUs evenly between the two sessions,
-# whatever the nice values), SCHED_IDLE and nice 19. Go's build cache and
-# temporary files are in memory (/dev/shm, removed after), so it writes
-# almost nothing to the disk the tests beside it use. It takes what the
-# lints, the Rust build and above all the tests leave idle; the tests that
-# need a quiet machine and those on a cluster wait for it.
-KUBE_BUILD_PID=""
-if ! bash scripts/kubernetes.sh --built; then
-  KUBE_LOG=$(mktemp -t vcdn-kubernetes-build.XXXXXX.log)
-  KUBE_GO_TMP=""
-  if [[ -d /dev/shm ]] && (($(df --output=avail -B1G /dev/shm | tail -n 1) >= 8)); then
-    KUBE_GO_TMP=$(mktemp -d /dev/shm/vcdn-kubernetes-build.XXXXXX)
-  fi
-  IDLE=(nice -n 19)
-  if chrt --idle 0 true 2>/dev/null; then IDLE=(chrt --idle 0 nice -n 19); fi
-  echo "== building the Kubernetes binaries beside the rest, at idle priority (log: $KUBE_LOG)"
-  setsid bash -c '
-    echo 19 > /proc/self/autogroup 2>/dev/null
-    if [[ -n $1 ]]; then
-      export GOCACHE=$1/cache GOTMPDIR=$1/tmp
-      mkdir -p "$GOTMPDIR"
-    fi
-    rc=0
-    "${@:2}" bash scripts/kubernetes.sh || rc=$?
-    [[ -z $1 ]] || rm -rf "$1"
-    exit $rc' _ "$KUBE_GO_TMP" "${IDLE[@]}" >"$KUBE_LOG" 2>&1 &
-  KUBE_BUILD_PID=$!
-  # Not left running (with its go processes), nor its files in memory, when
-  # the suite stops early.
-  trap '[[ -n $KUBE_BUILD_PID ]] && kill -- "-$KUBE_BUILD_PID" 2>/dev/null; [[ -n ${KUBE_GO_TMP:-} ]] && rm -rf "$KUBE_GO_TMP"; true' EXIT
 fi
 
 # Build prerequisites (rdkafka's librdkafka, the SRv6 BPF programs, libbpf).
@@ -207,6 +172,44 @@ CLIPPY_DRIVER="$(rustc --print sysroot)/bin/clippy-driver"
 export RUSTC_WORKSPACE_WRAPPER="$CLIPPY_DRIVER" CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 echo "== cargo test: building, with clippy's lints (-D warnings)"
 cargo test --workspace --no-run
+
+# A first build of the Kubernetes binaries (Go, ~12.5 CPU-minutes) starts
+# here, once the Rust build is done, and goes on beside the tests, at idle
+# priority: in a session of its own (to be stopped whole) whose autogroup
+# gets the lowest weight (else the kernel would share the CPUs evenly
+# between the two sessions, whatever the nice values), SCHED_IDLE and nice
+# 19. Go's build cache and temporary files are in memory (/dev/shm, removed
+# after), so it writes almost nothing to the disk the tests beside it use.
+# It takes what the tests leave idle (~80% of the two CPUs). Not beside the
+# Rust build: even at idle priority it stretched that from ~7 to 11
+# minutes, as the two vCPUs share a core's caches and the build often runs
+# one compiler only. The tests that need a quiet machine and those on a
+# cluster wait for it.
+KUBE_BUILD_PID=""
+if ! bash scripts/kubernetes.sh --built; then
+  KUBE_LOG=$(mktemp -t vcdn-kubernetes-build.XXXXXX.log)
+  KUBE_GO_TMP=""
+  if [[ -d /dev/shm ]] && (($(df --output=avail -B1G /dev/shm | tail -n 1) >= 8)); then
+    KUBE_GO_TMP=$(mktemp -d /dev/shm/vcdn-kubernetes-build.XXXXXX)
+  fi
+  IDLE=(nice -n 19)
+  if chrt --idle 0 true 2>/dev/null; then IDLE=(chrt --idle 0 nice -n 19); fi
+  echo "== building the Kubernetes binaries beside the rest, at idle priority (log: $KUBE_LOG)"
+  setsid bash -c '
+    echo 19 > /proc/self/autogroup 2>/dev/null
+    if [[ -n $1 ]]; then
+      export GOCACHE=$1/cache GOTMPDIR=$1/tmp
+      mkdir -p "$GOTMPDIR"
+    fi
+    rc=0
+    "${@:2}" bash scripts/kubernetes.sh || rc=$?
+    [[ -z $1 ]] || rm -rf "$1"
+    exit $rc' _ "$KUBE_GO_TMP" "${IDLE[@]}" >"$KUBE_LOG" 2>&1 &
+  KUBE_BUILD_PID=$!
+  # Not left running (with its go processes), nor its files in memory, when
+  # the suite stops early.
+  trap '[[ -n $KUBE_BUILD_PID ]] && kill -- "-$KUBE_BUILD_PID" 2>/dev/null; [[ -n ${KUBE_GO_TMP:-} ]] && rm -rf "$KUBE_GO_TMP"; true' EXIT
+fi
 
 # The tests, in four steps:
 # 1. the other test targets, one at a time, beside the build (two at a
