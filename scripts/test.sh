@@ -181,9 +181,9 @@ cargo test --workspace --no-run
 # 19. Go's build cache and temporary files are in memory (/dev/shm, removed
 # after), so it writes almost nothing to the disk the tests beside it use.
 # It takes what the tests leave idle (~80% of the two CPUs). Not beside the
-# Rust build: even at idle priority it stretched that from ~7 to 11
-# minutes, as the two vCPUs share a core's caches and the build often runs
-# one compiler only. The tests that need a quiet machine and those on a
+# Rust build: even at idle priority it stretched that from 9.8 to 11
+# minutes, as the build often runs one compiler only and the two vCPUs
+# share caches. The tests that need a quiet machine and those on a
 # cluster wait for it.
 KUBE_BUILD_PID=""
 if ! bash scripts/kubernetes.sh --built; then
