@@ -162,8 +162,8 @@ cargo fmt --all -- --check
 # Clippy's lints run inside the test build: clippy-driver compiles the
 # workspace's own crates, as `cargo clippy` has it do for a check build
 # (the same two variables), and the dependencies are compiled once instead
-# of checked for clippy and then built again, which took 5 minutes on a
-# fresh machine. `cargo test --no-run` builds every target `cargo clippy
+# of checked for clippy and then built again (clippy's own pass took
+# 5 m 53 s on a fresh machine). `cargo test --no-run` builds every target `cargo clippy
 # --all-targets` checks here (libraries, binaries, tests, the example; no
 # benches). Exported for every cargo below: the wrapper is part of the
 # build's fingerprint.
@@ -240,8 +240,6 @@ OTHERS=("--lib --bins" "--doc")
 for t in "${TARGETS[@]}"; do
   [[ " ${PLAYERS[*]} ${QUIET[*]} ${ON_A_CLUSTER[*]} " == *" $t "* ]] || OTHERS+=("--test $t")
 done
-# tests_of NAME...: each as a selection, `--test NAME`.
-tests_of() { for t in "$@"; do printf -- '--test %s\n' "$t"; done; }
 
 # run_tests SELECTION...: `cargo test --workspace SELECTION` for each, one
 # at a time, with its time and result. All run even when one fails; then
@@ -264,14 +262,19 @@ run_tests() {
     return 1
   fi
 }
+# run_targets NAME...: run_tests with `--test NAME` for each.
+run_targets() {
+  local t sel=()
+  for t in "$@"; do sel+=("--test $t"); done
+  run_tests "${sel[@]}"
+}
 
 # A step that fails does not stop the next ones; the suite fails at the end.
 failed=0
 echo "== cargo test: the targets that can run beside the build, one at a time"
 run_tests "${OTHERS[@]}" || failed=1
 echo "== cargo test: the targets that play in real time, one at a time"
-mapfile -t SEL < <(tests_of "${PLAYERS[@]}")
-run_tests "${SEL[@]}" || failed=1
+run_targets "${PLAYERS[@]}" || failed=1
 if [[ -n $KUBE_BUILD_PID ]]; then
   echo "== waiting for the Kubernetes binaries' build (log: $KUBE_LOG)"
   waited=$SECONDS
@@ -286,9 +289,7 @@ if [[ -n $KUBE_BUILD_PID ]]; then
   echo "== the Kubernetes binaries are built (waited $((SECONDS - waited)) s)"
 fi
 echo "== cargo test: the targets that need a quiet machine, one at a time"
-mapfile -t SEL < <(tests_of "${QUIET[@]}")
-run_tests "${SEL[@]}" || failed=1
+run_targets "${QUIET[@]}" || failed=1
 echo "== cargo test: on a Kubernetes cluster"
-mapfile -t SEL < <(tests_of "${ON_A_CLUSTER[@]}")
-run_tests "${SEL[@]}" || failed=1
+run_targets "${ON_A_CLUSTER[@]}" || failed=1
 exit "$failed"
