@@ -1492,9 +1492,9 @@ impl Proxy {
 }
 
 /// Serves until SIGTERM/SIGINT (or `--idle-exit`), then stops accepting and
-/// lets exchanges in flight finish, at most the drain timeout.
-pub async fn run_until_stopped(p: Arc<Proxy>) {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+/// lets exchanges in flight finish, at most the drain timeout. `stop` is
+/// installed before the proxy starts (see [`vcdn_http::stop`]).
+pub async fn run_until_stopped(p: Arc<Proxy>, mut stop: vcdn_http::stop::StopSignal) {
     let idle = p.cfg.idle_exit;
     let idle_wait = async {
         let Some(idle) = idle else {
@@ -1512,10 +1512,7 @@ pub async fn run_until_stopped(p: Arc<Proxy>) {
         }
     };
     tokio::select! {
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {
-            tracing::info!("SIGTERM: finishing exchanges in flight");
-        }
-        _ = tokio::signal::ctrl_c() => {}
+        sig = stop.recv() => tracing::info!("{sig}: finishing exchanges in flight"),
         _ = idle_wait => {}
     }
     p.begin_shutdown();

@@ -27,6 +27,12 @@
 //! verdict takes whole skbs, and a half-read one would be sent twice and
 //! stall the socket); if the counter stalls with bytes still waiting, the
 //! relay leaves the map and copies the rest itself (rare, correct, slower).
+//! "Waiting" compares the bytes received since the relay's start in the
+//! source's stream (what was queued at the start included) with those
+//! redirected or copied: counted from the moment of the call instead, the
+//! bytes queued before it hid as many stuck ones, and the relay stalled
+//! until its timeout (the flaky sockmap chain test, 1 run in 20–40 under
+//! load, none in 160 since).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -201,6 +207,34 @@ fn written_total(fd: RawFd) -> io::Result<u64> {
     Ok(acked + outq.max(0) as u64)
 }
 
+/// Where a stalled relay's bytes stopped, for its error. (`FIONREAD` cannot
+/// say: on a socket in a sockmap it counts the psock's queue, not TCP's.)
+fn state(
+    ffd: RawFd,
+    from_base: u64,
+    counted: u64,
+    copied: u64,
+    tfd: RawFd,
+    to_base: u64,
+) -> String {
+    let received = received_total(ffd).map_or(0, |r| r.saturating_sub(from_base));
+    format!(
+        "source: {received} received, {counted} redirected, {copied} copied, peer {}; target: {}",
+        if peer_closed(ffd) { "closed" } else { "open" },
+        target_state(tfd, to_base)
+    )
+}
+
+/// A relay target's progress: bytes taken into its send path since `base`,
+/// and how many of them still wait in its send queue.
+fn target_state(tfd: RawFd, base: u64) -> String {
+    let written = written_total(tfd).map_or(0, |w| w.saturating_sub(base));
+    let mut outq: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int.
+    unsafe { libc::ioctl(tfd, SIOCOUTQ as _, &mut outq) };
+    format!("{written} taken, {outq} unsent")
+}
+
 fn readable_bytes(fd: RawFd) -> usize {
     let mut n: libc::c_int = 0;
     if unsafe { libc::ioctl(fd, libc::FIONREAD as _, &mut n) } != 0 {
@@ -323,7 +357,10 @@ impl Sockmap {
     ) -> io::Result<()> {
         let (ffd, tfd) = (from.as_raw_fd(), to.as_raw_fd());
         let (fc, tc) = (cookie(ffd)?, cookie(tfd)?);
-        let (to_base, from_base) = (written_total(tfd)?, received_total(ffd)?);
+        // The source's base is where the relay starts in its stream: bytes
+        // already queued on it count as received for this relay.
+        let to_base = written_total(tfd)?;
+        let from_base = received_total(ffd)?.saturating_sub(readable_bytes(ffd) as u64);
         let entry = RelayEntry {
             target: tc,
             limit: n,
@@ -402,20 +439,24 @@ impl Sockmap {
                 if c != last {
                     (last, last_move) = (c, Instant::now());
                 } else if last_move.elapsed() >= self.stall {
+                    // No progress for the whole timeout, whatever the
+                    // reason: fail (also when bytes were received but are
+                    // seen neither by the verdict nor in the queue).
+                    if last_move.elapsed() >= timeout {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "sockmap relay: {} of {n} bytes after {timeout:?} ({})",
+                                c + copied,
+                                state(ffd, from_base, c, copied, tfd, to_base)
+                            ),
+                        ));
+                    }
                     // Received but not seen by the verdict: stuck in the
                     // queue. Or the source is gone. Leave and look.
                     let received = received_total(ffd)?.saturating_sub(from_base);
                     if received > c + copied || peer_closed(ffd) {
                         break;
-                    }
-                    if last_move.elapsed() >= timeout {
-                        return Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            format!(
-                                "sockmap relay: {} of {n} bytes after {timeout:?}",
-                                c + copied
-                            ),
-                        ));
                     }
                 }
                 tokio::time::sleep(self.poll).await;
@@ -502,7 +543,10 @@ impl Sockmap {
             if start.elapsed() >= timeout {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "sockmap relay: redirected bytes not sent",
+                    format!(
+                        "sockmap relay: {bytes} redirected bytes not sent within {timeout:?} (target: {})",
+                        target_state(tfd, base)
+                    ),
                 ));
             }
             tokio::time::sleep(self.poll).await;

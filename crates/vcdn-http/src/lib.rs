@@ -18,6 +18,7 @@ pub mod request;
 pub mod response;
 pub mod serve;
 pub mod sf;
+pub mod stop;
 pub mod tls;
 
 pub use header::Headers;

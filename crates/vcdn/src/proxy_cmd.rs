@@ -167,13 +167,14 @@ pub fn run(a: ProxyArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
     rt.block_on(async move {
+        let stop = vcdn_http::stop::StopSignal::install()?;
         let r = vcdn_accel::start(cfg, listener, a.admin).await?;
         println!("vcdn proxy {} listening on http://{}", r.proxy.cfg.name, r.listen);
         if let Some(ad) = r.admin {
             println!("vcdn proxy admin on {admin_scheme}://{ad} (/healthz, /metrics, /stats, /peers, /chains, /rtt)");
         }
         tracing::info!(name = %r.proxy.cfg.name, listen = %r.listen, admin = ?r.admin, "vcdn proxy ready");
-        vcdn_accel::run_until_stopped(r.proxy).await;
+        vcdn_accel::run_until_stopped(r.proxy, stop).await;
         Ok::<(), String>(())
     })?;
     // Connections still open after the drain are dropped with the runtime.

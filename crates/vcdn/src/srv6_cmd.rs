@@ -87,6 +87,7 @@ pub fn run(a: Srv6AgentArgs) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async move {
+        let mut stop = vcdn_http::stop::StopSignal::install()?;
         let l = tokio::net::TcpListener::bind(a.admin)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", a.admin))?;
@@ -99,17 +100,10 @@ pub fn run(a: Srv6AgentArgs) -> Result<(), String> {
         let serve = vcdn_http::serve::serve(l, ServeConfig::default(), handler(host));
         tokio::select! {
             _ = serve => {}
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminated() => {}
+            _ = stop.recv() => {}
         }
         Ok::<(), String>(())
     })
-}
-
-async fn terminated() {
-    if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        s.recv().await;
-    }
 }
 
 fn handler(host: Arc<HostAgent>) -> Handler {

@@ -151,6 +151,7 @@ impl KafkaArgs {
 }
 
 pub async fn agent(a: AgentArgs) -> Result<(), String> {
+    let mut stop = vcdn_http::stop::StopSignal::install()?;
     let node = a
         .node
         .clone()
@@ -277,7 +278,7 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
         println!("  ingest {} → topic {}", at, i.topic);
     }
     let _ = std::io::Write::flush(&mut std::io::stdout());
-    shutdown_signal().await;
+    stop.recv().await;
     for t in tasks {
         t.abort();
         let _ = t.await;
@@ -288,15 +289,6 @@ pub async fn agent(a: AgentArgs) -> Result<(), String> {
     // The metrics handler still holds the agent; BYE goes out regardless.
     agent.shutdown().await;
     Ok(())
-}
-
-/// SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-    }
 }
 
 /// Runs `f` on a small runtime of its own (the agent is light).
@@ -361,6 +353,7 @@ async fn tail_kafka(topic: &str, count: Option<u64>, discovery: &Discovery) -> R
             .keyring()
             .map_err(|e| e.to_string())?,
     );
+    let mut stop = vcdn_http::stop::StopSignal::install()?;
     let node = format!("tail-{}", std::process::id());
     let agent = Agent::start(discovery.config(&node, vec![Role::Consumer]), keys.clone())
         .await
@@ -391,7 +384,7 @@ async fn tail_kafka(topic: &str, count: Option<u64>, discovery: &Discovery) -> R
                 }
                 n += 1;
             }
-            _ = shutdown_signal() => break,
+            _ = stop.recv() => break,
         }
     }
     drop(c);

@@ -299,7 +299,10 @@ Watch the demo's video (a test pattern, made with ffmpeg in about a minute when 
             },
         );
         tracing::info!(api = %up.api, dns = ?up.dns, http = ?up.http, "vcdn up ready");
-        shutdown_signal().await;
+        // SIGINT (Ctrl-C) or SIGTERM stops `vcdn up` cleanly (the Kafka
+        // broker, if any, with it). Taken over only now: while it starts,
+        // Ctrl-C still stops it at once.
+        vcdn_http::stop::StopSignal::install()?.recv().await;
         println!("vcdn up: stopping (cache instances keep running)");
         if let Some(k) = up.kafka.take() {
             k.stop().await;
@@ -312,24 +315,6 @@ Watch the demo's video (a test pattern, made with ffmpeg in about a minute when 
     // Whatever still runs on blocking threads is not waited for long.
     rt.shutdown_timeout(std::time::Duration::from_secs(5));
     r
-}
-
-/// SIGINT (Ctrl-C) or SIGTERM: either stops `vcdn up` cleanly (the Kafka
-/// broker, if any, is stopped with it).
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        } => {}
-    }
 }
 
 /// The demo customer's key, made on first run and kept in the data dir.

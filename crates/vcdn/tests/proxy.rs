@@ -348,6 +348,28 @@ async fn sigterm_finishes_the_exchange_in_flight() {
     drop(origin);
 }
 
+/// A SIGTERM the moment the proxy says where it listens is a clean stop
+/// (exit 0 after the drain), not the default action's kill: the handler is
+/// in place before the proxy is ready.
+#[tokio::test]
+async fn sigterm_right_after_ready_is_a_clean_stop() {
+    let origin = origin();
+    for _ in 0..5 {
+        let mut p = proxy("i", origin.addr, &[], &[]);
+        // SAFETY: signalling the child process we started.
+        unsafe { libc::kill(p.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let code = loop {
+            if let Some(c) = p.child.try_wait().unwrap() {
+                break c;
+            }
+            assert!(Instant::now() < deadline, "the proxy did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(code.success(), "{code:?}");
+    }
+}
+
 #[tokio::test]
 async fn an_idle_proxy_exits() {
     let origin = origin();
