@@ -728,6 +728,146 @@ async fn a_region_on_kubernetes_runs_its_caches_as_pods_that_serve_heal_scale_an
         "the lease's end left pods: {:?}",
         pods_of(&pods, &sid).await
     );
+
+    // The control plane itself in a pod, reaching the cluster `in-cluster`.
+    up.kill();
+    in_cluster_control_plane(&cluster, &k, tag, &model).await;
+}
+
+/// `vcdn up` in a pod of the cluster (its image, the service account
+/// `vcdn` of `rbac.json`, the node's network), its region paris
+/// `kubernetes:in-cluster`: it reads the token and CA the kubelet mounts
+/// and the API's address from `KUBERNETES_SERVICE_HOST`/`_PORT`. Here
+/// those name the apiserver itself, as an operator without kube-proxy sets
+/// them (the `kubernetes` Service's ClusterIP does not route). Its caches
+/// become pods, serve, and go with the order.
+async fn in_cluster_control_plane(cluster: &Cluster, k: &kube::Client, tag: &str, model: &str) {
+    let data = tempdir("kube-in-cluster");
+    // The image runs as nobody.
+    std::os::unix::fs::chown(&*data, Some(65534), Some(65534)).unwrap();
+    std::fs::copy(model, data.join("capacity.toml")).unwrap();
+    let up = Up {
+        child: None,
+        dir: data,
+        api: SocketAddr::from(([127, 0, 0, 1], free_port())),
+        origin: SocketAddr::from(([10, 244, 0, 1], free_port())),
+        instance_port: free_port(),
+        instance_tls_port: free_port(),
+        ports: [free_port(), free_port(), free_port(), free_port()],
+        extra: Vec::new(),
+        started: true,
+        greeting: Vec::new(),
+    };
+    let [dns, http, router, admin] = up.ports;
+    let at = |p: u16| format!("127.0.0.1:{p}");
+    let args = [
+        "up",
+        "--data-dir",
+        "/data",
+        "--api",
+        &up.api.to_string(),
+        "--dns",
+        &at(dns),
+        "--http",
+        &at(http),
+        "--router-admin",
+        &at(router),
+        "--operator-token",
+        OP,
+        "--demo",
+        "--demo-origin",
+        &up.origin.to_string(),
+        "--instance-port",
+        &up.instance_port.to_string(),
+        "--instance-tls-port",
+        &up.instance_tls_port.to_string(),
+        "--instance-admin-port",
+        &admin.to_string(),
+        "--region-vim",
+        &format!("paris=kubernetes:in-cluster?namespace=vcdn&image={tag}"),
+        "--capacity-model",
+        "/data/capacity.toml",
+    ];
+    let spec = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "vcdn-up", "namespace": "vcdn"},
+        "spec": {
+            "serviceAccountName": "vcdn",
+            "hostNetwork": true,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": "up", "image": tag, "imagePullPolicy": "Never", "args": args,
+                "env": [
+                    {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                    {"name": "KUBERNETES_SERVICE_PORT", "value": cluster.port.to_string()},
+                    {"name": "VCDN_LOG", "value": "warn"},
+                ],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "data", "hostPath": {"path": up.dir.to_str().unwrap(), "type": "Directory"}}],
+        }
+    });
+    let pods: Api<Pod> = Api::namespaced(k.clone(), "vcdn");
+    let t0 = Instant::now();
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(spec).unwrap(),
+    )
+    .await
+    .expect("the control plane's pod is accepted");
+    let started = eventually(60, || async {
+        up.dir.join("demo-customer-key").exists()
+            && up
+                .api_client()
+                .request("GET", "/healthz", &[], b"")
+                .await
+                .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let status = |p: Option<Pod>| format!("{:?}", p.and_then(|p| p.status));
+    assert!(
+        started,
+        "vcdn up did not start in its pod: {}\n{}",
+        status(pods.get_opt("vcdn-up").await.unwrap()),
+        cluster.logs()
+    );
+    eprintln!(
+        "vcdn up in a pod answers {:?} after its creation",
+        t0.elapsed()
+    );
+    // Its region's host is the cluster's node, seen with the pod's token.
+    let (st, hosts) = up.call(OP, "GET", "/v1/hosts", None).await;
+    assert_eq!(st, 200, "{hosts}");
+    assert!(
+        hosts["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["region"] == "paris" && h["name"] == "vcdn-node"),
+        "{hosts}"
+    );
+    let id = up.order("inside", "paris", 10).await;
+    let p = pods_of(&pods, &id).await;
+    assert_eq!(p.len(), 1, "{p:?}");
+    let cache = SocketAddr::new(p[0].1.parse().unwrap(), up.instance_port);
+    let get = || support::get_with(cache, "/size/4096", &[("Host", "inside.example")]);
+    let r = get().await;
+    assert_eq!(r.status(), 200);
+    assert!(x_cache(&r).starts_with("MISS"), "{}", x_cache(&r));
+    assert!(x_cache(&get().await).starts_with("HIT"));
+    let (st, _) = up
+        .call(OP, "DELETE", &format!("/v1/services/{id}"), None)
+        .await;
+    assert!(st == 202 || st == 200 || st == 204, "{st}");
+    assert!(
+        eventually(30, || async { pods_of(&pods, &id).await.is_empty() }).await,
+        "the order's pods are left: {:?}",
+        pods_of(&pods, &id).await
+    );
+    pods.delete("vcdn-up", &DeleteParams::default())
+        .await
+        .expect("the control plane's pod goes");
 }
 
 /// Waits until a pause pod runs: the kubelet sees new pods again.
