@@ -32,7 +32,7 @@
 //! redirected or copied: counted from the moment of the call instead, the
 //! bytes queued before it hid as many stuck ones, and the relay stalled
 //! until its timeout (the flaky sockmap chain test, 1 run in 20–40 under
-//! load, none in 160 since).
+//! load, none in 240 since).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
