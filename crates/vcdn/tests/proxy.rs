@@ -335,14 +335,7 @@ async fn sigterm_finishes_the_exchange_in_flight() {
     let (status, body) = fetch.join().unwrap();
     assert_eq!(status, 200);
     assert!(body[..] == synth(300_000)[..]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let code = loop {
-        if let Some(c) = i.child.try_wait().unwrap() {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "the proxy did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let code = support::exited_within(&mut i.child, 5, "the proxy did not exit");
     assert!(code.success(), "{code:?}");
     assert!(TcpStream::connect(addr).is_err());
     drop(origin);
@@ -358,14 +351,7 @@ async fn sigterm_right_after_ready_is_a_clean_stop() {
         let mut p = proxy("i", origin.addr, &[], &[]);
         // SAFETY: signalling the child process we started.
         unsafe { libc::kill(p.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let code = loop {
-            if let Some(c) = p.child.try_wait().unwrap() {
-                break c;
-            }
-            assert!(Instant::now() < deadline, "the proxy did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let code = support::exited_within(&mut p.child, 5, "the proxy did not exit");
         assert!(code.success(), "{code:?}");
     }
 }

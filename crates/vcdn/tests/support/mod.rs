@@ -412,6 +412,23 @@ pub async fn assert_admin_https_only(admin: SocketAddr, ca: &vcdn_http::tls::Ca,
     assert!(e.to_string().contains("not trusted"), "{e}");
 }
 
+/// Waits at most `secs` for `child` to exit and returns its status; panics
+/// saying `what` when it does not.
+pub fn exited_within(
+    child: &mut std::process::Child,
+    secs: u64,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Runs `vcdn ARGS` expecting it to refuse to start (within 10 s): its
 /// stderr.
 pub fn refused_to_start(args: &[&str]) -> String {
