@@ -991,8 +991,19 @@ async fn a_large_object_stays_within_the_memory_budget() {
             .await;
             assert!(midway, "the miss is seen in flight");
             let late = get_synthetic(c.addr, &slow, SIZE).await;
-            assert_eq!(first.await.unwrap(), "MISS");
-            assert_eq!(late, "COALESCED", "the late client joins the fetch");
+            let first = first.await.unwrap();
+            if (first.as_str(), late.as_str()) != ("MISS", "COALESCED") {
+                // Seen once in CI (first COALESCED), never reproduced: say
+                // what the cache counted, to tell a second fetch from a
+                // request answered twice.
+                let s: serde_json::Value =
+                    serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
+                panic!(
+                    "the first client got {first}, the late one {late}; expected MISS then \
+                     COALESCED (one fetch, joined). The cache counted requests {} and upstream {}",
+                    s["requests"], s["upstream"]
+                );
+            }
             let stored = eventually(10, || async {
                 let s: serde_json::Value =
                     serde_json::from_slice(&admin(&c, "GET", "/stats", "").await.body).unwrap();
