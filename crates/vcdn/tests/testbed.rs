@@ -199,14 +199,18 @@ fn ping_and_handshake_rtts_hold_also_under_load() {
         .unwrap();
     let tb = Testbed::start(spec).expect("test bed starts (needs root)");
     let (_origin, web) = origin_in(&tb, "b");
-    // Only lateness is retried, at most twice: this VM's host sometimes
-    // deschedules the forwarder for milliseconds in a row (the idle ping
-    // then averages 102 ms, in a phase that lasts tens of seconds), which
-    // says nothing about the shim; a shim that is late every time still
-    // fails, and anything early (shorter than the RTT) or a load that does
-    // not move fails at once.
+    // Only lateness (and a load slowed with it) is retried, at most twice,
+    // a few seconds apart: this VM's host sometimes deschedules the
+    // forwarder for milliseconds in a row (the idle ping then averages
+    // 102 ms, in a phase that lasts tens of seconds), which says nothing
+    // about the shim; a shim that is late or slow every time still fails,
+    // and anything early (shorter than the RTT) or a load that does not
+    // move fails at once.
     let mut late = Vec::new();
-    for _ in 0..3 {
+    for attempt in 0..3 {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_secs(5));
+        }
         match rtts_hold(&tb, web) {
             Ok(()) => break,
             Err(e) => {
@@ -270,10 +274,15 @@ fn rtts_hold(tb: &Testbed, web: SocketAddr) -> Result<(), String> {
     eprintln!("idle ping {idle_ping:?} handshakes {idle_hs:?}");
     eprintln!("under a→b {ab_mbit:.0} Mbit/s, c→d {cd_mbit:.0} Mbit/s: ping {busy_ping:?} handshakes {busy_hs:?}");
     eprintln!("forwarder: {:?}", tb.stats());
-    assert!(
-        ab_mbit > 40.0 && cd_mbit > 150.0,
-        "the load was real: {ab_mbit:.0} and {cd_mbit:.0} Mbit/s"
-    );
+    // A descheduled forwarder also slows the loads (ci63: a→b 38 Mbit/s
+    // with packets up to 26 ms late): measured again like lateness.
+    if ab_mbit <= 40.0 || cd_mbit <= 150.0 {
+        return Err(format!(
+            "the load was too light: {ab_mbit:.0} and {cd_mbit:.0} Mbit/s, want > 40 and > 150 \
+             (the forwarder was up to {:?} late)",
+            tb.stats().max_late
+        ));
+    }
     // The average holds to 1 ms under load; a single late packet does not
     // say the shim is unfaithful: on this 2-vCPU VM the host may deschedule
     // the forwarder for a few ms (a fresh-clone CI run saw one ping of 20
