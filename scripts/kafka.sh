@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Gathers Apache Kafka 4.3.1's runtime jars from Maven Central into
-# ${VCDN_KAFKA_HOME:-$HOME/.cache/vcdn/kafka-4.3.1}/libs, for the telemetry
+# ${VCDN_KAFKA_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/vcdn/kafka-4.3.1}/libs (beside
+# the other tools the tests fetch), for the telemetry
 # datasink (crates/vcdn-telemetry, `kafka::KafkaDist::locate`).
 #
 # Idempotent: a marker file (`.complete`) is written last, after every jar is
@@ -15,7 +16,7 @@ set -euo pipefail
 
 KAFKA_VERSION=4.3.1
 LOG4J_VERSION=2.25.4
-HOME_DIR="${VCDN_KAFKA_HOME:-$HOME/.cache/vcdn/kafka-$KAFKA_VERSION}"
+HOME_DIR="${VCDN_KAFKA_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/vcdn/kafka-$KAFKA_VERSION}"
 MARKER="$HOME_DIR/.complete"
 
 if [[ -f "$MARKER" ]]; then

@@ -35,17 +35,15 @@ pub struct KafkaDist {
 
 impl KafkaDist {
     /// Finds the distribution in `$VCDN_KAFKA_HOME`, else in
-    /// `$HOME/.cache/vcdn/kafka-4.3.1` (the default of `scripts/kafka.sh`),
+    /// `$XDG_CACHE_HOME/vcdn/kafka-4.3.1` (`$XDG_CACHE_HOME` defaulting to
+    /// `$HOME/.cache`, as in `scripts/kafka.sh`),
     /// and the `java` in `$JAVA_HOME/bin`, else on `PATH`. Fails with an
     /// error that says what to run rather than letting a broker start fail
     /// later with a class-not-found.
     pub fn locate() -> Result<KafkaDist, DistError> {
         let home = match std::env::var_os("VCDN_KAFKA_HOME") {
             Some(h) if !h.is_empty() => PathBuf::from(h),
-            _ => {
-                let user = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-                PathBuf::from(user).join(format!(".cache/vcdn/kafka-{KAFKA_VERSION}"))
-            }
+            _ => cache_home().join(format!("vcdn/kafka-{KAFKA_VERSION}")),
         };
         Self::at(&home)
     }
@@ -82,6 +80,17 @@ impl KafkaDist {
         let mut cmd = Command::new(&self.java);
         cmd.arg("-cp").arg(self.classpath());
         cmd
+    }
+}
+
+/// The user's cache directory: `$XDG_CACHE_HOME` when set (the XDG base
+/// directory rule: absolute paths only), else `$HOME/.cache`.
+fn cache_home() -> PathBuf {
+    match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from) {
+        Some(p) if p.is_absolute() => p,
+        _ => {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        }
     }
 }
 
