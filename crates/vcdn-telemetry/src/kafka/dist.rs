@@ -83,11 +83,12 @@ impl KafkaDist {
     }
 }
 
-/// The user's cache directory: `$XDG_CACHE_HOME` when set (the XDG base
-/// directory rule: absolute paths only), else `$HOME/.cache`.
+/// The user's cache directory: `$XDG_CACHE_HOME` when set and not empty,
+/// else `$HOME/.cache`: what `${XDG_CACHE_HOME:-$HOME/.cache}` gives
+/// `scripts/kafka.sh`, so both name the same place.
 fn cache_home() -> PathBuf {
-    match std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from) {
-        Some(p) if p.is_absolute() => p,
+    match std::env::var_os("XDG_CACHE_HOME") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
         }
