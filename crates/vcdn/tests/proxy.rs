@@ -360,11 +360,7 @@ async fn sigterm_right_after_ready_is_a_clean_stop() {
 async fn an_idle_proxy_exits() {
     let origin = origin();
     let mut p = proxy("i", origin.addr, &[], &["--idle-exit", "1"]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while p.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "no idle exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::exited_within(&mut p.child, 5, "no idle exit");
 }
 
 /// `--relay sockmap` (needs root here, as the test command runs): bodies of
